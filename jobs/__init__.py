@@ -1,0 +1,1 @@
+"""Example jobs, loaded by default (`--jobs jobs`). Copy one to start your own."""

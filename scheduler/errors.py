@@ -1,0 +1,33 @@
+"""Errors a user can act on, kept apart from our own bugs.
+
+The CLI prints a `UserError` as one line on stderr and exits 2; anything else is a
+bug in the scheduler and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in the user's input: configuration, job definitions, the database."""
+
+
+class ScheduleError(UserError):
+    """A cron expression or time zone that cannot be used; `field` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class JobDefinitionError(UserError):
+    """A job whose definition is wrong; the message names the job and the field."""
+
+    def __init__(self, job: str, field: str, message: str) -> None:
+        super().__init__(f"job {job!r}: {field}: {message}")
+        self.job = job
+        self.field = field
+
+
+class SchemaOutdatedError(UserError):
+    """The database has no schema, or an older one than this code needs."""

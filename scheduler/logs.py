@@ -1,0 +1,76 @@
+"""structlog set-up: JSON lines for machines, coloured lines on a terminal.
+
+Standard-library loggers (SQLAlchemy, Alembic, APScheduler) go through the same
+renderer, so every line of output has one shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from enum import StrEnum
+from typing import Any
+
+import structlog
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"
+    JSON = "json"
+    CONSOLE = "console"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def configure(log_format: LogFormat, level: str) -> None:
+    """Route structlog and the stdlib through one renderer on stdout."""
+    use_json = log_format is LogFormat.JSON or (
+        log_format is LogFormat.AUTO and not sys.stdout.isatty()
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+    )
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info if use_json else _identity,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # Library chatter stays out unless the user asks for debug.
+    for noisy in ("sqlalchemy", "alembic", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def _identity(_logger: Any, _name: str, event: Any) -> Any:
+    return event
+
+
+def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(**context)
+    return logger

@@ -1,0 +1,1 @@
+"""The only package that speaks SQL; everything else calls it by intent."""

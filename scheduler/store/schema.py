@@ -1,0 +1,108 @@
+"""The tables, as SQLAlchemy metadata: the single source of truth the migrations follow.
+
+Every table carries the `scheduler_` prefix so the scheduler can live in an
+application's own database.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend; SQLite would otherwise hand back naive ones."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given where UTC is required")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+runs = Table(
+    "scheduler_runs",
+    metadata,
+    # (job, period) names a run forever; the primary key is the at-most-once guarantee.
+    Column("job", String(200), primary_key=True),
+    Column("period", UTCDateTime(), primary_key=True),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("status", String(16), nullable=False),
+    Column("reason", String(16)),
+    Column("origin", String(16), nullable=False),
+    # attempt is the fencing token: outcome writes are conditional on (id, attempt, holder).
+    Column("attempt", Integer, nullable=False),
+    Column("holder", String(200)),
+    Column("lease_seconds", Float, nullable=False),
+    Column("lease_expires_at", UTCDateTime()),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+    Column("duration_ms", Integer),
+    Column("error_type", String(200)),
+    Column("error_message", Text),
+    Column("error_traceback", Text),
+    Index(None, "status", "lease_expires_at"),
+    Index(None, "job", "status"),
+    Index(None, "holder", "status"),
+)
+
+jobs = Table(
+    "scheduler_jobs",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("cron", String(200), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    # Catch-up never looks further back than the day a job was first seen.
+    Column("first_seen", UTCDateTime(), nullable=False),
+    Column("last_seen", UTCDateTime(), nullable=False),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("paused_at", UTCDateTime()),
+)
+
+nodes = Table(
+    "scheduler_nodes",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("heartbeat_at", UTCDateTime(), nullable=False),
+    Column("stopped_at", UTCDateTime()),
+)

@@ -1,0 +1,6 @@
+from scheduler import job
+
+
+@job(cron="30 * * * *", name="twin")
+def second() -> None:
+    pass

@@ -1,0 +1,115 @@
+"""Real `scheduler` processes for acceptance tests: start, read their JSON logs, signal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOBMODS = Path(__file__).parent / "jobmods"
+SCHEDULER = str(Path(sys.executable).parent / "scheduler")
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SCHEDULER_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(JOBMODS), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    env.update(extra)
+    return env
+
+
+def run_command(
+    args: Sequence[str], cwd: Path, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run one `scheduler` command to completion."""
+    return subprocess.run(
+        [SCHEDULER, *args],
+        cwd=cwd,
+        env=environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass
+class Node:
+    """One `scheduler run` process, its stdout captured to a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started: float = field(default_factory=time.monotonic)
+
+    def events(self) -> list[dict[str, Any]]:
+        lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+        parsed = []
+        for line in lines:
+            try:
+                parsed.append(json.loads(line))
+            except json.JSONDecodeError:
+                parsed.append({"event": "unparsed", "line": line})
+        return parsed
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if predicate(event):
+                    return event
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(
+            f"event not seen within {timeout}s; log:\n{self.log_path.read_text()[-4000:]}"
+        )
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+def start_node(
+    cwd: Path, name: str, database_url: str, jobs: str, extra_args: Sequence[str] = (), **env: str
+) -> Node:
+    log_path = cwd / f"{name}.log"
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                SCHEDULER,
+                "run",
+                "--database-url",
+                database_url,
+                "--jobs",
+                jobs,
+                "--log-format",
+                "json",
+                "--node-name",
+                name,
+                *extra_args,
+            ],
+            cwd=cwd,
+            env=environment(**env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return Node(process, log_path)

@@ -1,0 +1,83 @@
+"""SIGTERM drains: running jobs finish within the grace period, or are recorded abandoned."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.states import Reason, RunStatus
+from tests.acceptance.processes import start_node
+from tests.acceptance.records import run_rows, table_counts
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_lets_the_running_job_finish(tmp_path: Path, database_url: str) -> None:
+    node = start_node(
+        tmp_path,
+        "draining",
+        database_url,
+        "sleeper",
+        ["--grace", "10s"],
+        EXECUTION_LOG=str(tmp_path / "done.txt"),
+        SLEEP_SECONDS="2",
+    )
+    started = node.wait_for(lambda event: event.get("event") == "run_started")
+    node.signal(signal.SIGTERM)
+    began = time.monotonic()
+    assert node.process.wait(timeout=15) == 0
+    assert time.monotonic() - began < 5
+    events = [event["event"] for event in node.events()]
+    stopping = events.index("node_stopping")
+    assert stopping < events.index("run_succeeded") < events.index("node_stopped")
+    assert "run_claimed" not in events[stopping:], "a period was claimed after the signal"
+    rows = run_rows(database_url, "sleeper")
+    (row,) = [row for row in rows if row["id"] == started["run_id"]]
+    assert row["status"] == RunStatus.SUCCEEDED
+    ran = [row for row in rows if row["status"] != RunStatus.SKIPPED]
+    assert {row["status"] for row in ran} == {RunStatus.SUCCEEDED}
+    assert (tmp_path / "done.txt").read_text().count("done") == len(ran)
+    assert table_counts(database_url)["scheduler_nodes"] == 1
+
+
+def test_a_job_past_the_grace_period_is_recorded_abandoned(
+    tmp_path: Path, database_url: str
+) -> None:
+    node = start_node(
+        tmp_path,
+        "impatient",
+        database_url,
+        "sleeper",
+        ["--grace", "1s"],
+        EXECUTION_LOG=str(tmp_path / "done.txt"),
+        SLEEP_SECONDS="60",
+    )
+    started = node.wait_for(lambda event: event.get("event") == "run_started")
+    node.signal(signal.SIGTERM)
+    assert node.process.wait(timeout=15) == 0
+    (row,) = [row for row in run_rows(database_url, "sleeper") if row["id"] == started["run_id"]]
+    assert row["status"] == RunStatus.ABANDONED
+    assert row["reason"] == Reason.SHUTDOWN
+    assert not (tmp_path / "done.txt").exists()
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
+    node = start_node(
+        tmp_path,
+        "hasty",
+        sqlite_url,
+        "sleeper",
+        ["--grace", "60s"],
+        EXECUTION_LOG=str(tmp_path / "done.txt"),
+        SLEEP_SECONDS="60",
+    )
+    node.wait_for(lambda event: event.get("event") == "run_started")
+    node.signal(signal.SIGTERM)
+    node.wait_for(lambda event: event.get("event") == "node_stopping")
+    began = time.monotonic()
+    node.signal(signal.SIGTERM)
+    assert node.process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert time.monotonic() - began < 3
