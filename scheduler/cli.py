@@ -178,10 +178,7 @@ def run(
 
 
 def _register(database: Database, jobs: dict[str, Job]) -> None:
-    job_rows.register(
-        database,
-        [(job.name, job.schedule.expression, job.schedule.timezone) for job in jobs.values()],
-    )
+    job_rows.register(database, [_definition_row(job) for job in jobs.values()])
     log = logs.get_logger()
     for job in jobs.values():
         log.info(
@@ -190,6 +187,19 @@ def _register(database: Database, jobs: dict[str, Job]) -> None:
             cron=job.schedule.expression,
             timezone=job.schedule.timezone,
         )
+
+
+def _definition_row(job: Job) -> job_rows.JobDefinitionRow:
+    policy = job.policy
+    return job_rows.JobDefinitionRow(
+        name=job.name,
+        cron=job.schedule.expression,
+        timezone=job.schedule.timezone,
+        lease_seconds=policy.lease.total_seconds(),
+        timeout_seconds=policy.timeout.total_seconds() if policy.timeout else None,
+        retries=policy.retries,
+        alert_after_seconds=policy.overdue_after.total_seconds(),
+    )
 
 
 def _install_signal_handlers(daemon: Daemon) -> None:

@@ -51,7 +51,7 @@ class Daemon:
             node=node.id
         )
         self._dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
-        heartbeat = min([job.heartbeat for job in jobs.values()] + [DEFAULT_HEARTBEAT])
+        heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [DEFAULT_HEARTBEAT])
         self._keeper = Keeper(
             database=database,
             dispatcher=self._dispatcher,
@@ -87,7 +87,7 @@ class Daemon:
         while not self._stop.is_set():
             now = datetime.now(UTC)
             pending += [
-                Due(job.name, period, job.lease.total_seconds())
+                Due(job.name, period, job.policy.lease.total_seconds())
                 for job, period in timeline.pop_due(now)
             ]
             pending = self._claim(pending, now)

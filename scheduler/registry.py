@@ -13,17 +13,15 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from scheduler import policy as policy_fields
 from scheduler.cron import Schedule, parse_schedule
-from scheduler.durations import Duration, parse_duration
+from scheduler.durations import Duration
 from scheduler.errors import JobDefinitionError, ScheduleError, UserError
-
-DEFAULT_LEASE = timedelta(seconds=30)
-MIN_LEASE = timedelta(seconds=2)
+from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
 
 
 @dataclass(frozen=True)
@@ -33,14 +31,9 @@ class Job:
     name: str
     func: Callable[..., Any]
     schedule: Schedule
-    lease: timedelta
+    policy: Policy
     is_async: bool
     takes_context: bool
-
-    @property
-    def heartbeat(self) -> timedelta:
-        """Renew a third of the way into the lease, so two renewals may fail safely."""
-        return self.lease / 3
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The decorated function stays callable as before, e.g. from a test."""
@@ -52,17 +45,46 @@ def job(
     *,
     name: str | None = None,
     timezone: str = "UTC",
-    lease: Duration = DEFAULT_LEASE,
+    lease: Duration = "30s",
+    overlap: str = "skip",
+    timeout: Duration | None = None,
+    retries: int = 0,
+    retry_backoff: Duration = "10s",
+    isolation: str = "thread",
+    alert_after: Duration | None = None,
+    catchup: str = "all",
+    catchup_window: Duration = "1d",
+    catchup_limit: int = 1000,
+    jitter: Duration = 0,
 ) -> Callable[[Callable[..., Any]], Job]:
-    """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine."""
+    """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
+
+    Every option is checked here, so a mistake fails the import of its module with
+    a message naming the job and the field.
+    """
 
     def register(func: Callable[..., Any]) -> Job:
-        job_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
+        job_name = _check_name(
+            name if name is not None else f"{func.__module__}.{func.__qualname__}"
+        )
+        policy = Policy(
+            lease=policy_fields.duration(job_name, "lease", lease, minimum=MIN_LEASE),
+            overlap=policy_fields.choice(job_name, "overlap", overlap, Overlap),
+            timeout=policy_fields.optional_duration(job_name, "timeout", timeout),
+            retries=policy_fields.count(job_name, "retries", retries, minimum=0),
+            retry_backoff=policy_fields.duration(job_name, "retry_backoff", retry_backoff),
+            isolation=policy_fields.choice(job_name, "isolation", isolation, Isolation),
+            alert_after=policy_fields.optional_duration(job_name, "alert_after", alert_after),
+            catchup=policy_fields.choice(job_name, "catchup", catchup, Catchup),
+            catchup_window=policy_fields.duration(job_name, "catchup_window", catchup_window),
+            catchup_limit=policy_fields.count(job_name, "catchup_limit", catchup_limit, minimum=1),
+            jitter=policy_fields.duration(job_name, "jitter", jitter),
+        )
         return Job(
-            name=_check_name(job_name),
+            name=job_name,
             func=func,
             schedule=_check_schedule(job_name, cron, timezone),
-            lease=_check_lease(job_name, lease),
+            policy=policy,
             is_async=inspect.iscoroutinefunction(func),
             takes_context=_takes_context(job_name, func),
         )
@@ -83,18 +105,6 @@ def _check_schedule(name: str, cron: str, timezone: str) -> Schedule:
         return parse_schedule(cron, timezone)
     except ScheduleError as error:
         raise JobDefinitionError(name, error.field, error.message) from None
-
-
-def _check_lease(name: str, value: Duration) -> timedelta:
-    try:
-        lease = parse_duration(value)
-    except ValueError as error:
-        raise JobDefinitionError(name, "lease", str(error)) from None
-    if lease < MIN_LEASE:
-        raise JobDefinitionError(
-            name, "lease", f"must be at least {MIN_LEASE.seconds}s, got {value!r}"
-        )
-    return lease
 
 
 def _takes_context(name: str, func: Callable[..., Any]) -> bool:

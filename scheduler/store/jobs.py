@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sqlalchemy import select
 
 from scheduler.store.database import Database
 from scheduler.store.schema import jobs
+
+
+@dataclass(frozen=True)
+class JobDefinitionRow:
+    """What a node knows of a job and writes down for read-only commands."""
+
+    name: str
+    cron: str
+    timezone: str
+    lease_seconds: float
+    timeout_seconds: float | None
+    retries: int
+    alert_after_seconds: float
 
 
 @dataclass(frozen=True)
@@ -20,10 +33,25 @@ class JobRow:
     first_seen: datetime
     last_seen: datetime
     paused: bool
+    paused_at: datetime | None
+    lease_seconds: float | None
+    timeout_seconds: float | None
+    retries: int | None
+    alert_after_seconds: float | None
 
 
-def register(database: Database, definitions: Sequence[tuple[str, str, str]]) -> None:
-    """Upsert (name, cron, timezone) for each loaded job, keeping `first_seen`."""
+_POLICY_COLUMNS = (
+    "cron",
+    "timezone",
+    "lease_seconds",
+    "timeout_seconds",
+    "retries",
+    "alert_after_seconds",
+)
+
+
+def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> None:
+    """Upsert each loaded job's schedule and policy, keeping `first_seen` and `paused`."""
     if not definitions:
         return
     now = database.now()
@@ -31,14 +59,12 @@ def register(database: Database, definitions: Sequence[tuple[str, str, str]]) ->
     statement = statement.on_conflict_do_update(
         index_elements=["name"],
         set_={
-            "cron": statement.excluded.cron,
-            "timezone": statement.excluded.timezone,
+            **{column: statement.excluded[column] for column in _POLICY_COLUMNS},
             "last_seen": now,
         },
     )
-    rows = [{"name": name, "cron": cron, "timezone": zone} for name, cron, zone in definitions]
     with database.transaction() as connection:
-        connection.execute(statement, rows)
+        connection.execute(statement, [asdict(definition) for definition in definitions])
 
 
 def all_jobs(database: Database) -> list[JobRow]:

@@ -76,6 +76,8 @@ runs = Table(
     Column("error_type", String(200)),
     Column("error_message", Text),
     Column("error_traceback", Text),
+    # A failed run with attempts left may be re-claimed once this instant has passed.
+    Column("retry_at", UTCDateTime()),
     Index(None, "status", "lease_expires_at"),
     Index(None, "job", "status"),
     Index(None, "holder", "status"),
@@ -92,6 +94,31 @@ jobs = Table(
     Column("last_seen", UTCDateTime(), nullable=False),
     Column("paused", Boolean, nullable=False, default=False),
     Column("paused_at", UTCDateTime()),
+    # The policy as last registered, so read-only commands (`check`, views) need no code.
+    Column("lease_seconds", Float),
+    Column("timeout_seconds", Float),
+    Column("retries", Integer),
+    Column("alert_after_seconds", Float),
+)
+
+attempts = Table(
+    "scheduler_attempts",
+    metadata,
+    # Every attempt of a run, kept when a later attempt overwrites the run's row.
+    Column("run_id", String(32), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("job", String(200), nullable=False),
+    Column("period", UTCDateTime(), nullable=False),
+    Column("node", String(200)),
+    Column("status", String(16), nullable=False),
+    Column("reason", String(16)),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+    Column("duration_ms", Integer),
+    Column("error_type", String(200)),
+    Column("error_message", Text),
+    Column("error_traceback", Text),
+    Index(None, "job", "period"),
 )
 
 nodes = Table(
