@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -231,22 +230,5 @@ def migrate(database_url: str, log_format: str, log_level: str) -> None:
     database.dispose()
 
 
-@main.command(name="jobs")
-@database_option
-@jobs_option
-def list_jobs(database_url: str, jobs_modules: str) -> None:
-    """List the jobs the modules define, with their schedules."""
-    jobs = load_jobs(parse_jobs_option(jobs_modules))
-    database = open_database(database_url)
-    migrations.require_current_schema(database)
-    paused = {row.name for row in job_rows.all_jobs(database) if row.paused}
-    now = datetime.now(UTC)
-    width = max([len(name) for name in jobs] + [4])
-    click.echo(f"{'NAME':<{width}}  {'CRON':<16}  {'TIMEZONE':<16}  NEXT PERIOD (UTC)")
-    for name, job in sorted(jobs.items()):
-        upcoming = job.schedule.next_after(now)
-        shown = upcoming.isoformat() if upcoming else "never"
-        flag = "  (paused)" if name in paused else ""
-        cron, zone = job.schedule.expression, job.schedule.timezone
-        click.echo(f"{name:<{width}}  {cron:<16}  {zone:<16}  {shown}{flag}")
-    database.dispose()
+# The read-only operator commands (jobs, runs, nodes, check) register themselves on `main`.
+from scheduler import cli_views  # noqa: E402, F401

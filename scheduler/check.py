@@ -1,0 +1,221 @@
+"""The dead-man's switch: which jobs did not run when they should have.
+
+`scheduler check` reads only the database, so it answers even when every node is
+down. The decisions are pure functions of (jobs, runs, now); `gather` fetches their
+inputs.
+
+- **overdue**: a job's latest expected period has no succeeded run (nor any later
+  succeeded period) once its grace (`alert_after`) has passed. A period is expected
+  when it is at or after the day the job was first seen and the job is not paused;
+  a period skipped because the job was paused is accounted for.
+- **failed / timed_out / missed**: a run recorded in one of these statuses within
+  the window, except a failed run still waiting for a retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from scheduler.cron import Schedule, parse_schedule
+from scheduler.durations import format_duration
+from scheduler.errors import UserError
+from scheduler.states import Reason, RunStatus
+from scheduler.store import queries
+from scheduler.store.database import Database
+from scheduler.store.jobs import JobRow, all_jobs
+from scheduler.store.queries import NodeRow, RunRow, Success
+
+DEFAULT_WINDOW = timedelta(days=1)
+# A node that has not beaten for three default heartbeats (10 s each) is not alive.
+NODE_SILENT_AFTER = timedelta(seconds=30)
+# Rows written before job policies were stored: one default lease TTL.
+FALLBACK_ALERT_AFTER = timedelta(seconds=30)
+
+
+class Problem(StrEnum):
+    OVERDUE = "overdue"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    MISSED = "missed"
+
+
+RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED)
+
+
+@dataclass(frozen=True)
+class WatchedJob:
+    """What `check` needs to know of a job, as the nodes registered it."""
+
+    name: str
+    schedule: Schedule
+    first_seen: datetime
+    paused: bool
+    alert_after: timedelta
+    retries: int
+
+    @classmethod
+    def from_row(cls, row: JobRow) -> WatchedJob:
+        if row.alert_after_seconds is not None:
+            alert_after = timedelta(seconds=row.alert_after_seconds)
+        else:
+            alert_after = FALLBACK_ALERT_AFTER + timedelta(seconds=row.timeout_seconds or 0)
+        return cls(
+            name=row.name,
+            schedule=parse_schedule(row.cron, row.timezone),
+            first_seen=row.first_seen,
+            paused=row.paused,
+            alert_after=alert_after,
+            retries=row.retries or 0,
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    problem: Problem
+    job: str
+    period: datetime
+    status: str | None
+    reason: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    checked_at: datetime
+    window: timedelta
+    jobs: int
+    paused: int
+    nodes_alive: int
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def overdue_jobs(self) -> int:
+        return len({f.job for f in self.findings if f.problem is Problem.OVERDUE})
+
+
+def expected_period(job: WatchedJob, now: datetime) -> datetime | None:
+    """The newest period whose grace has passed, if the job owes a run for it."""
+    if job.paused:
+        return None
+    period = job.schedule.latest_at_or_before(now - job.alert_after)
+    if period is None or period < job.first_seen:
+        return None
+    return period
+
+
+def overdue(
+    job: WatchedJob, period: datetime, run: RunRow | None, success: Success | None
+) -> Finding | None:
+    """An overdue finding for `period`, unless it (or a later period) succeeded."""
+    if success is not None and success.period >= period:
+        return None
+    if run is not None and run.status == RunStatus.SKIPPED and run.reason == Reason.PAUSED:
+        return None
+    if run is None:
+        state = "no run was recorded"
+    else:
+        state = f"its run is {_status_text(run)}"
+        if run.error_type:
+            state += f" ({_error_text(run)})"
+    grace = format_duration(job.alert_after)
+    return Finding(
+        problem=Problem.OVERDUE,
+        job=job.name,
+        period=period,
+        status=run.status if run else None,
+        reason=run.reason if run else None,
+        detail=f"no success {grace} after this period: {state}",
+    )
+
+
+def recorded_problem(run: RunRow, retries: int) -> Finding | None:
+    """A failed, timed-out or missed run, unless a retry of it is still to come."""
+    if run.status not in RECORDED_PROBLEMS:
+        return None
+    if run.status == RunStatus.FAILED and run.retry_at is not None and run.attempt <= retries:
+        return None
+    detail = _error_text(run) if run.error_type else _status_text(run)
+    return Finding(Problem(run.status), run.job, run.period, run.status, run.reason, detail)
+
+
+def assess(
+    jobs: Sequence[WatchedJob],
+    expected: Mapping[str, datetime],
+    runs_at_expected: Mapping[str, RunRow],
+    successes: Mapping[str, Success],
+    recorded: Iterable[RunRow],
+) -> list[Finding]:
+    """Every finding, overdue ones first; a period already overdue is not listed twice."""
+    findings: list[Finding] = []
+    for job in jobs:
+        if job.name in expected:
+            period = expected[job.name]
+            found = overdue(job, period, runs_at_expected.get(job.name), successes.get(job.name))
+            if found:
+                findings.append(found)
+    overdue_keys = {(f.job, f.period) for f in findings}
+    retries = {job.name: job.retries for job in jobs}
+    for run in recorded:
+        if run.job not in retries or (run.job, run.period) in overdue_keys:
+            continue
+        found = recorded_problem(run, retries[run.job])
+        if found:
+            findings.append(found)
+    return findings
+
+
+def alive(node: NodeRow, now: datetime) -> bool:
+    return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
+
+
+def gather(
+    database: Database,
+    *,
+    names: Collection[str] = (),
+    window: timedelta = DEFAULT_WINDOW,
+) -> Report:
+    """Read what `check` needs from the database and assess it at the database's now."""
+    now = queries.clock(database)
+    rows = all_jobs(database)
+    unknown = sorted(set(names) - {row.name for row in rows})
+    if unknown:
+        raise UserError(f"--job: no job named {unknown[0]!r} has been registered")
+    jobs = [WatchedJob.from_row(row) for row in rows if not names or row.name in names]
+    expected = {
+        job.name: period for job in jobs if (period := expected_period(job, now)) is not None
+    }
+    findings = assess(
+        jobs,
+        expected,
+        queries.runs_at(database, expected),
+        queries.last_successes(database),
+        queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
+    )
+    return Report(
+        checked_at=now,
+        window=window,
+        jobs=len(jobs),
+        paused=sum(job.paused for job in jobs),
+        nodes_alive=sum(
+            alive(node, now)
+            for node in queries.list_nodes(database, seen_since=now - NODE_SILENT_AFTER)
+        ),
+        findings=tuple(findings),
+    )
+
+
+def _status_text(run: RunRow) -> str:
+    return f"{run.status} ({run.reason})" if run.reason else run.status
+
+
+def _error_text(run: RunRow) -> str:
+    short_type = (run.error_type or "").rsplit(".", 1)[-1]
+    message = (run.error_message or "").strip().splitlines()
+    return f"{short_type}: {message[0]}" if message else short_type

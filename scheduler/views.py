@@ -1,0 +1,351 @@
+"""What the operator commands print: one record per row for `--json`, and aligned tables.
+
+Each view builds its JSON records first and draws the table from those same
+records, so the two outputs cannot disagree. Times are UTC, ISO-8601.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.check import Report, alive
+from scheduler.cron import parse_schedule
+from scheduler.errors import ScheduleError
+from scheduler.store.jobs import JobRow
+from scheduler.store.queries import AttemptRow, NodeRow, RunRow
+
+Record = dict[str, Any]
+TRACEBACK_LINES = 12
+ERROR_WIDTH = 60
+
+
+def iso(moment: datetime | None) -> str | None:
+    """Full-precision UTC ISO-8601 with a `Z`, for JSON."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def short_time(value: str | None) -> str:
+    """An ISO time from a record, to the second, for a table cell."""
+    if value is None:
+        return "-"
+    return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart."""
+    widths = [
+        max([len(header)] + [len(row[i]) for row in rows]) for i, header in enumerate(headers)
+    ]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in [headers, *rows]
+    )
+
+
+def duration_text(milliseconds: int | None) -> str:
+    if milliseconds is None:
+        return "-"
+    if milliseconds < 1000:
+        return f"{milliseconds}ms"
+    seconds = milliseconds / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+def error_summary(error_type: str | None, message: str | None, width: int = ERROR_WIDTH) -> str:
+    """`ValueError: first line of the message`, cut to fit a table."""
+    if not error_type:
+        return ""
+    lines = (message or "").strip().splitlines()
+    text = error_type.rsplit(".", 1)[-1] + (f": {lines[0]}" if lines else "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def status_text(status: str, reason: str | None) -> str:
+    return f"{status} ({reason})" if reason else status
+
+
+# -- scheduler jobs ---------------------------------------------------------------
+
+
+def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
+    try:
+        upcoming = parse_schedule(job.cron, job.timezone).next_after(now)
+    except ScheduleError:
+        upcoming = None
+    return {
+        "name": job.name,
+        "cron": job.cron,
+        "timezone": job.timezone,
+        "paused": job.paused,
+        "paused_at": iso(job.paused_at),
+        "next_period": iso(upcoming),
+        "first_seen": iso(job.first_seen),
+        "last_seen": iso(job.last_seen),
+        "lease_s": job.lease_seconds,
+        "timeout_s": job.timeout_seconds,
+        "retries": job.retries,
+        "alert_after_s": job.alert_after_seconds,
+        "last_run": None
+        if last is None
+        else {
+            "period": iso(last.period),
+            "status": last.status,
+            "reason": last.reason,
+            "attempt": last.attempt,
+            "finished_at": iso(last.finished_at),
+        },
+    }
+
+
+def job_records(
+    jobs: Sequence[JobRow], latest: Mapping[str, RunRow], now: datetime
+) -> list[Record]:
+    return [job_record(job, latest.get(job.name), now) for job in jobs]
+
+
+def jobs_table(records: Sequence[Record]) -> str:
+    rows = []
+    for record in records:
+        last = record["last_run"] or {}
+        rows.append(
+            [
+                record["name"],
+                record["cron"],
+                record["timezone"],
+                short_time(record["next_period"]) if record["next_period"] else "never",
+                short_time(last.get("period")),
+                status_text(last["status"], last["reason"]) if last else "-",
+                "yes" if record["paused"] else "no",
+            ]
+        )
+    headers = ["JOB", "SCHEDULE", "ZONE", "NEXT PERIOD", "LAST PERIOD", "LAST STATUS", "PAUSED"]
+    return table(headers, rows)
+
+
+# -- scheduler runs ---------------------------------------------------------------
+
+
+def run_record(run: RunRow) -> Record:
+    return {
+        "id": run.id,
+        "job": run.job,
+        "period": iso(run.period),
+        "status": run.status,
+        "reason": run.reason,
+        "origin": run.origin,
+        "attempt": run.attempt,
+        "node": run.holder,
+        "claimed_at": iso(run.claimed_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration_ms": run.duration_ms,
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+    }
+
+
+def runs_table(records: Sequence[Record]) -> str:
+    rows = [
+        [
+            record["job"],
+            short_time(record["period"]),
+            status_text(record["status"], record["reason"]),
+            str(record["attempt"]),
+            record["node"] or "-",
+            duration_text(record["duration_ms"]),
+            error_summary(record["error_type"], record["error_message"]),
+        ]
+        for record in records
+    ]
+    headers = ["JOB", "PERIOD", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
+    return table(headers, rows)
+
+
+# -- scheduler runs show ----------------------------------------------------------
+
+
+def merged_attempts(run: RunRow, recorded: Sequence[AttemptRow]) -> list[AttemptRow]:
+    """Every attempt, oldest first; the run's own row is the truth for its current attempt."""
+    current = AttemptRow(
+        attempt=run.attempt,
+        node=run.holder,
+        status=run.status,
+        reason=run.reason,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        duration_ms=run.duration_ms,
+        error_type=run.error_type,
+        error_message=run.error_message,
+        error_traceback=run.error_traceback,
+    )
+    earlier = [attempt for attempt in recorded if attempt.attempt != run.attempt]
+    return sorted([*earlier, current], key=lambda attempt: attempt.attempt)
+
+
+def run_detail_record(run: RunRow, recorded: Sequence[AttemptRow]) -> Record:
+    return {
+        "run": {
+            **run_record(run),
+            "lease_expires_at": iso(run.lease_expires_at),
+            "retry_at": iso(run.retry_at),
+            "error_traceback": run.error_traceback,
+        },
+        "attempts": [
+            {
+                "attempt": attempt.attempt,
+                "current": attempt.attempt == run.attempt,
+                "node": attempt.node,
+                "status": attempt.status,
+                "reason": attempt.reason,
+                "started_at": iso(attempt.started_at),
+                "finished_at": iso(attempt.finished_at),
+                "duration_ms": attempt.duration_ms,
+                "error_type": attempt.error_type,
+                "error_message": attempt.error_message,
+                "error_traceback": attempt.error_traceback,
+            }
+            for attempt in merged_attempts(run, recorded)
+        ],
+    }
+
+
+def run_detail_text(record: Record) -> str:
+    run = record["run"]
+    fields = [
+        ("job", run["job"]),
+        ("period", run["period"]),
+        ("run id", run["id"]),
+        ("status", status_text(run["status"], run["reason"])),
+        ("origin", run["origin"]),
+        ("attempt", str(run["attempt"])),
+        ("node", run["node"] or "-"),
+        ("claimed", run["claimed_at"]),
+        ("started", run["started_at"] or "-"),
+        ("finished", run["finished_at"] or "-"),
+        ("duration", duration_text(run["duration_ms"])),
+        ("lease expires", run["lease_expires_at"] or "-"),
+        ("retry at", run["retry_at"] or "-"),
+    ]
+    lines = [f"{name + ':':<15}{value}" for name, value in fields]
+    rows = [
+        [
+            str(attempt["attempt"]),
+            attempt["node"] or "-",
+            status_text(attempt["status"], attempt["reason"]),
+            short_time(attempt["started_at"]),
+            short_time(attempt["finished_at"]),
+            duration_text(attempt["duration_ms"]),
+            error_summary(attempt["error_type"], attempt["error_message"]),
+        ]
+        for attempt in record["attempts"]
+    ]
+    headers = ["ATTEMPT", "NODE", "STATUS", "STARTED", "FINISHED", "DURATION", "ERROR"]
+    lines += ["", table(headers, rows)]
+    for attempt in record["attempts"]:
+        if attempt["error_type"]:
+            lines += ["", f"attempt {attempt['attempt']}: {attempt['error_type']}"]
+            lines += _indented(attempt["error_message"] or "")
+            if attempt["error_traceback"]:
+                lines.append("  traceback (last lines):")
+                lines += _indented(_tail(attempt["error_traceback"]), "    ")
+    return "\n".join(lines)
+
+
+def _tail(text: str, count: int = TRACEBACK_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-count:])
+
+
+def _indented(text: str, prefix: str = "  ") -> list[str]:
+    return [prefix + line for line in text.rstrip().splitlines()]
+
+
+# -- scheduler nodes --------------------------------------------------------------
+
+
+def node_state(node: NodeRow, now: datetime) -> str:
+    """alive: beating; stopped: shut down cleanly; lost: went silent without stopping."""
+    if node.stopped_at is not None:
+        return "stopped"
+    return "alive" if alive(node, now) else "lost"
+
+
+def node_record(node: NodeRow, now: datetime) -> Record:
+    return {
+        "id": node.id,
+        "name": node.name,
+        "host": node.host,
+        "pid": node.pid,
+        "version": node.version,
+        "state": node_state(node, now),
+        "started_at": iso(node.started_at),
+        "heartbeat_at": iso(node.heartbeat_at),
+        "stopped_at": iso(node.stopped_at),
+        "heartbeat_age_s": round((now - node.heartbeat_at).total_seconds(), 3),
+    }
+
+
+def nodes_table(records: Sequence[Record]) -> str:
+    rows = [
+        [
+            record["id"],
+            record["host"],
+            str(record["pid"]),
+            record["version"],
+            record["state"],
+            short_time(record["started_at"]),
+            f"{short_time(record['heartbeat_at'])} ({record['heartbeat_age_s']:.0f}s ago)",
+        ]
+        for record in records
+    ]
+    headers = ["NODE", "HOST", "PID", "VERSION", "STATE", "STARTED", "LAST HEARTBEAT"]
+    return table(headers, rows)
+
+
+# -- scheduler check --------------------------------------------------------------
+
+
+def check_record(report: Report) -> Record:
+    return {
+        "ok": report.ok,
+        "checked_at": iso(report.checked_at),
+        "window_s": report.window.total_seconds(),
+        "jobs": report.jobs,
+        "paused": report.paused,
+        "nodes_alive": report.nodes_alive,
+        "findings": [
+            {
+                "problem": finding.problem.value,
+                "job": finding.job,
+                "period": iso(finding.period),
+                "status": finding.status,
+                "reason": finding.reason,
+                "detail": finding.detail,
+            }
+            for finding in report.findings
+        ],
+    }
+
+
+def check_text(record: Record, window: str) -> str:
+    lines = [
+        f"{finding['problem'].upper():<10}{finding['job']}  {short_time(finding['period'])}  "
+        f"{finding['detail']}"
+        for finding in record["findings"]
+    ]
+    jobs = f"{record['jobs']} job{'' if record['jobs'] == 1 else 's'}"
+    if record["paused"]:
+        jobs += f" ({record['paused']} paused)"
+    if record["findings"]:
+        lines.append(f"{len(record['findings'])} problem(s) in {jobs}, window {window}")
+    else:
+        lines.append(f"ok: {jobs}, nothing overdue, failed or missed in the last {window}")
+    if record["nodes_alive"] == 0:
+        lines.append("note: no node is alive (no heartbeat in the last 30s)")
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""Rows written straight into the tables, as nodes would have left them, for read-only views."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from scheduler.store.database import Database
+from scheduler.store.schema import attempts, jobs, nodes, runs
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def add_job(
+    database: Database,
+    name: str,
+    cron: str,
+    *,
+    first_seen: datetime,
+    paused: bool = False,
+    alert_after: float = 60,
+    retries: int = 0,
+    timezone: str = "UTC",
+) -> None:
+    with database.transaction() as connection:
+        connection.execute(
+            jobs.insert().values(
+                name=name,
+                cron=cron,
+                timezone=timezone,
+                first_seen=first_seen,
+                last_seen=first_seen,
+                paused=paused,
+                paused_at=now() if paused else None,
+                lease_seconds=30,
+                timeout_seconds=None,
+                retries=retries,
+                alert_after_seconds=alert_after,
+            )
+        )
+
+
+def add_run(
+    database: Database,
+    job: str,
+    period: datetime,
+    status: str,
+    *,
+    attempt: int = 1,
+    holder: str | None = "node-a",
+    reason: str | None = None,
+    finished_at: datetime | None = None,
+    duration_ms: int | None = None,
+    error: str | None = None,
+    retry_at: datetime | None = None,
+    claimed_at: datetime | None = None,
+) -> str:
+    run_id = uuid.uuid4().hex
+    started = period + timedelta(milliseconds=5) if status not in ("skipped", "missed") else None
+    with database.transaction() as connection:
+        connection.execute(
+            runs.insert().values(
+                id=run_id,
+                job=job,
+                period=period,
+                status=status,
+                reason=reason,
+                origin="schedule",
+                attempt=attempt,
+                holder=holder,
+                lease_seconds=30,
+                claimed_at=claimed_at or period,
+                started_at=started,
+                finished_at=finished_at,
+                duration_ms=duration_ms,
+                error_type="builtins.ValueError" if error else None,
+                error_message=error,
+                error_traceback=f"Traceback (most recent call last):\nValueError: {error}"
+                if error
+                else None,
+                retry_at=retry_at,
+            )
+        )
+    return run_id
+
+
+def add_attempt(
+    database: Database, run_id: str, job: str, period: datetime, attempt: int, error: str
+) -> None:
+    with database.transaction() as connection:
+        connection.execute(
+            attempts.insert().values(
+                run_id=run_id,
+                attempt=attempt,
+                job=job,
+                period=period,
+                node=f"node-{attempt}",
+                status="failed",
+                started_at=period,
+                finished_at=period + timedelta(seconds=1),
+                duration_ms=1000,
+                error_type="builtins.RuntimeError",
+                error_message=error,
+                error_traceback=f"Traceback (most recent call last):\nRuntimeError: {error}",
+            )
+        )
+
+
+def add_node(
+    database: Database, node_id: str, *, heartbeat_at: datetime, stopped_at: datetime | None = None
+) -> None:
+    with database.transaction() as connection:
+        connection.execute(
+            nodes.insert().values(
+                id=node_id,
+                name=node_id,
+                host="host-1",
+                pid=42,
+                version="0.1.0",
+                started_at=heartbeat_at - timedelta(minutes=5),
+                heartbeat_at=heartbeat_at,
+                stopped_at=stopped_at,
+            )
+        )
+
+
+def rows(database: Database, table: Any) -> list[dict[str, Any]]:
+    with database.transaction() as connection:
+        return [dict(row._mapping) for row in connection.execute(select(table))]

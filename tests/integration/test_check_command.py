@@ -1,0 +1,143 @@
+"""`scheduler check` against real databases: exit 1 and a list when something is wrong."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from scheduler.cli import main
+from scheduler.store.database import Database
+from tests.integration import seed
+
+# A yearly job: its latest expected period is the same whenever this test runs.
+YEARLY = "0 0 1 1 *"
+LAST_NEW_YEAR = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+LONG_AGO = LAST_NEW_YEAR - timedelta(days=400)
+
+
+def check(database_url: str, *args: str) -> tuple[Result, dict[str, Any]]:
+    result = CliRunner().invoke(main, ["check", "--database-url", database_url, "--json", *args])
+    return result, json.loads(result.stdout)
+
+
+def problems(report: dict[str, Any]) -> list[tuple[str, str, datetime]]:
+    return [
+        (f["problem"], f["job"], datetime.fromisoformat(f["period"])) for f in report["findings"]
+    ]
+
+
+def test_a_fresh_database_is_fine(database_url: str) -> None:
+    result, report = check(database_url)
+    assert result.exit_code == 0, result.output
+    assert report["ok"] is True
+    assert (report["jobs"], report["nodes_alive"], report["findings"]) == (0, 0, [])
+    text = CliRunner().invoke(main, ["check", "--database-url", database_url])
+    assert text.exit_code == 0
+    assert text.stdout.startswith("ok: 0 jobs")
+
+
+def test_a_job_with_no_success_for_its_expected_period_is_overdue(
+    database_url: str, database: Database
+) -> None:
+    seed.add_job(database, "yearly-report", YEARLY, first_seen=LONG_AGO)
+    result, report = check(database_url)
+    assert result.exit_code == 1
+    assert problems(report) == [("overdue", "yearly-report", LAST_NEW_YEAR)]
+    assert report["findings"][0]["status"] is None
+
+    text = CliRunner().invoke(main, ["check", "--database-url", database_url])
+    assert text.exit_code == 1
+    assert text.stdout.splitlines()[0].split()[:2] == ["OVERDUE", "yearly-report"]
+
+    seed.add_run(database, "yearly-report", LAST_NEW_YEAR, "succeeded", finished_at=LAST_NEW_YEAR)
+    result, report = check(database_url)
+    assert (result.exit_code, report["findings"]) == (0, [])
+
+
+def test_a_job_first_seen_after_its_last_period_owes_nothing_yet(
+    database_url: str, database: Database
+) -> None:
+    seed.add_job(database, "new-report", YEARLY, first_seen=LAST_NEW_YEAR + timedelta(hours=1))
+    result, report = check(database_url)
+    assert (result.exit_code, report["jobs"]) == (0, 1)
+
+
+def test_a_failed_period_is_listed_within_the_window(database_url: str, database: Database) -> None:
+    seed.add_job(database, "hourly", "0 * * * *", first_seen=seed.now(), alert_after=3600)
+    failed_at = seed.now() - timedelta(hours=2)
+    seed.add_run(
+        database,
+        "hourly",
+        failed_at.replace(minute=0, second=0, microsecond=0),
+        "failed",
+        finished_at=seed.now() - timedelta(minutes=5),
+        error="card declined",
+    )
+    result, report = check(database_url)
+    assert result.exit_code == 1
+    (finding,) = report["findings"]
+    assert (finding["problem"], finding["job"], finding["status"]) == ("failed", "hourly", "failed")
+    assert finding["detail"] == "ValueError: card declined"
+
+    # A narrower window no longer reaches the failure.
+    result, report = check(database_url, "--window", "1m")
+    assert (result.exit_code, report["findings"], report["window_s"]) == (0, [], 60)
+
+
+def test_missed_and_timed_out_periods_are_listed_and_pending_retries_are_not(
+    database_url: str, database: Database
+) -> None:
+    seed.add_job(database, "nightly", "0 3 * * *", first_seen=seed.now(), retries=2)
+    base = datetime(2025, 1, 1, 3, tzinfo=UTC)
+    recently = seed.now() - timedelta(minutes=1)
+    seed.add_run(database, "nightly", base, "missed", reason="window")
+    # The missed row above was claimed (recorded) long ago; this one just now.
+    missed_now = base + timedelta(days=1)
+    seed.add_run(
+        database, "nightly", missed_now, "missed", reason="window", holder=None, claimed_at=recently
+    )
+    seed.add_run(database, "nightly", base + timedelta(days=2), "timed_out", finished_at=recently)
+    seed.add_run(
+        database,
+        "nightly",
+        base + timedelta(days=3),
+        "failed",
+        finished_at=recently,
+        retry_at=seed.now(),
+        error="flaky",
+    )
+    result, report = check(database_url)
+    assert result.exit_code == 1
+    assert problems(report) == [
+        ("missed", "nightly", missed_now),
+        ("timed_out", "nightly", base + timedelta(days=2)),
+    ]
+
+
+def test_a_paused_job_is_not_overdue(database_url: str, database: Database) -> None:
+    seed.add_job(database, "yearly-report", YEARLY, first_seen=LONG_AGO, paused=True)
+    result, report = check(database_url)
+    assert result.exit_code == 0, result.output
+    assert (report["jobs"], report["paused"], report["findings"]) == (1, 1, [])
+
+
+def test_check_can_look_at_one_job(database_url: str, database: Database) -> None:
+    seed.add_job(database, "yearly-report", YEARLY, first_seen=LONG_AGO)
+    seed.add_job(database, "healthy", YEARLY, first_seen=LONG_AGO)
+    seed.add_run(database, "healthy", LAST_NEW_YEAR, "succeeded", finished_at=LAST_NEW_YEAR)
+    result, report = check(database_url, "--job", "healthy")
+    assert (result.exit_code, report["jobs"]) == (0, 1)
+    result, report = check(database_url)
+    assert (result.exit_code, report["jobs"]) == (1, 2)
+
+    unknown = CliRunner().invoke(main, ["check", "--database-url", database_url, "--job", "nope"])
+    assert unknown.exit_code == 2
+    assert unknown.stderr.strip() == "error: --job: no job named 'nope' has been registered"
+    bad_window = CliRunner().invoke(
+        main, ["check", "--database-url", database_url, "--window", "soon"]
+    )
+    assert bad_window.exit_code == 2
+    assert bad_window.stderr.startswith("error: --window:")
