@@ -8,27 +8,29 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
 
-from scheduler import logs
+from scheduler import catalog, logs
 from scheduler.config import (
     DEFAULT_DATABASE_URL,
     DEFAULT_GRACE,
     DEFAULT_JOBS,
+    DEFAULT_RECOVERY_INTERVAL,
     DEFAULT_WORKERS,
-    Settings,
     node_identity,
-    parse_grace,
     parse_jobs_option,
+    parse_option_duration,
+    parse_period,
 )
 from scheduler.daemon import Daemon, DaemonSettings
 from scheduler.errors import UserError
+from scheduler.oneshot import OneShot
 from scheduler.registry import Job, load_jobs
-from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
 
@@ -96,25 +98,43 @@ def main() -> None:
     """Run cron jobs once per period across any number of replicas."""
 
 
+def node_options(command: Command) -> Command:
+    """Options of every command that acts as a node: `run` and `run-once`."""
+    command = click.option(
+        "--node-name",
+        envvar="SCHEDULER_NODE_NAME",
+        default=None,
+        show_envvar=True,
+        help="Name shown for this node [default: HOST-PID].",
+    )(command)
+    return click.option(
+        "--grace",
+        envvar="SCHEDULER_GRACE",
+        default=DEFAULT_GRACE,
+        show_default=True,
+        show_envvar=True,
+        help="How long running jobs may finish after SIGTERM.",
+    )(command)
+
+
+def _prepare(
+    database_url: str, jobs_modules: str, log_format: str, log_level: str, *, migrate_first: bool
+) -> tuple[Database, dict[str, Job]]:
+    """Everything that may refuse bad input, before anything is written."""
+    logs.configure(logs.LogFormat(log_format), log_level)
+    jobs = load_jobs(parse_jobs_option(jobs_modules))
+    database = open_database(database_url, must_exist=not migrate_first)
+    if migrate_first:
+        migrations.upgrade(database)
+    migrations.require_current_schema(database)
+    return database, jobs
+
+
 @main.command()
 @database_option
 @jobs_option
 @logging_options
-@click.option(
-    "--node-name",
-    envvar="SCHEDULER_NODE_NAME",
-    default=None,
-    show_envvar=True,
-    help="Name shown for this node [default: HOST-PID].",
-)
-@click.option(
-    "--grace",
-    envvar="SCHEDULER_GRACE",
-    default=DEFAULT_GRACE,
-    show_default=True,
-    show_envvar=True,
-    help="How long running jobs may finish after SIGTERM.",
-)
+@node_options
 @click.option(
     "--workers",
     envvar="SCHEDULER_WORKERS",
@@ -123,6 +143,14 @@ def main() -> None:
     show_default=True,
     show_envvar=True,
     help="Threads that run jobs at once.",
+)
+@click.option(
+    "--recovery-interval",
+    envvar="SCHEDULER_RECOVERY_INTERVAL",
+    default=DEFAULT_RECOVERY_INTERVAL,
+    show_default=True,
+    show_envvar=True,
+    help="Longest pause between passes that retake expired and failed runs.",
 )
 @click.option(
     "--migrate/--no-migrate",
@@ -142,32 +170,21 @@ def run(
     node_name: str | None,
     grace: str,
     workers: int,
+    recovery_interval: str,
     migrate_first: bool,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
-    settings = Settings(
-        database_url=database_url,
-        jobs=parse_jobs_option(jobs_modules),
-        log_format=logs.LogFormat(log_format),
-        log_level=log_level,
-        node_name=node_name,
-        grace=parse_grace(grace),
+    settings = DaemonSettings(
         workers=workers,
+        grace=parse_option_duration("--grace", grace),
+        recovery_interval=parse_option_duration("--recovery-interval", recovery_interval),
     )
-    logs.configure(settings.log_format, settings.log_level)
-    jobs = load_jobs(settings.jobs)
-    database = open_database(settings.database_url, must_exist=not migrate_first)
-    if migrate_first:
-        migrations.upgrade(database)
-    migrations.require_current_schema(database)
-    _register(database, jobs)
-    daemon = Daemon(
-        database,
-        jobs,
-        node_identity(settings.node_name),
-        DaemonSettings(workers=settings.workers, grace=settings.grace),
+    database, jobs = _prepare(
+        database_url, jobs_modules, log_format, log_level, migrate_first=migrate_first
     )
-    _install_signal_handlers(daemon)
+    catalog.register(database, jobs)
+    daemon = Daemon(database, jobs, node_identity(node_name), settings)
+    _install_signal_handlers(daemon.request_stop)
     abandoned = daemon.run()
     if abandoned:
         # Threads of abandoned jobs cannot be joined; their runs are already recorded.
@@ -176,32 +193,49 @@ def run(
     database.dispose()
 
 
-def _register(database: Database, jobs: dict[str, Job]) -> None:
-    job_rows.register(database, [_definition_row(job) for job in jobs.values()])
-    log = logs.get_logger()
-    for job in jobs.values():
-        log.info(
-            "job_registered",
-            job=job.name,
-            cron=job.schedule.expression,
-            timezone=job.schedule.timezone,
-        )
-
-
-def _definition_row(job: Job) -> job_rows.JobDefinitionRow:
-    policy = job.policy
-    return job_rows.JobDefinitionRow(
-        name=job.name,
-        cron=job.schedule.expression,
-        timezone=job.schedule.timezone,
-        lease_seconds=policy.lease.total_seconds(),
-        timeout_seconds=policy.timeout.total_seconds() if policy.timeout else None,
-        retries=policy.retries,
-        alert_after_seconds=policy.overdue_after.total_seconds(),
+@main.command(name="run-once")
+@click.argument("job_name", metavar="JOB")
+@click.option(
+    "--period",
+    default=None,
+    help="The period to run, ISO-8601 (UTC if no offset) [default: the latest due].",
+)
+@database_option
+@jobs_option
+@logging_options
+@node_options
+def run_once(
+    *,
+    job_name: str,
+    period: str | None,
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    node_name: str | None,
+    grace: str,
+) -> None:
+    """Claim one period of JOB and run it here; exit 0 if it succeeded or another node
+    holds it, 1 if it failed. For system cron and Kubernetes CronJobs."""
+    given = parse_period(period)
+    grace_period = parse_option_duration("--grace", grace)
+    database, jobs = _prepare(
+        database_url, jobs_modules, log_format, log_level, migrate_first=False
     )
+    if job_name not in jobs:
+        known = ", ".join(sorted(jobs)) or "none"
+        raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
+    job = jobs[job_name]
+    stop = threading.Event()
+    oneshot = OneShot(database, job, node_identity(node_name), grace_period, stop)
+    _install_signal_handlers(stop.set)
+    status = oneshot.run(given)
+    sys.stdout.flush()
+    # A job thread that outlived the grace period cannot be joined.
+    os._exit(status)
 
 
-def _install_signal_handlers(daemon: Daemon) -> None:
+def _install_signal_handlers(request_stop: Callable[[], None]) -> None:
     """First SIGTERM/SIGINT: stop and drain. A second one: leave at once."""
     received: list[int] = []
 
@@ -210,7 +244,7 @@ def _install_signal_handlers(daemon: Daemon) -> None:
             os._exit(128 + signum)
         received.append(signum)
         logs.get_logger().info("signal_received", signal=signal.Signals(signum).name)
-        daemon.request_stop()
+        request_stop()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)

@@ -5,30 +5,18 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
-from scheduler.logs import LogFormat
 from scheduler.store.nodes import NodeIdentity
 
 DEFAULT_DATABASE_URL = "sqlite:///scheduler.db"
 DEFAULT_JOBS = "jobs"
 DEFAULT_GRACE = "30s"
 DEFAULT_WORKERS = 16
-
-
-@dataclass(frozen=True)
-class Settings:
-    database_url: str
-    jobs: tuple[str, ...]
-    log_format: LogFormat
-    log_level: str
-    node_name: str | None = None
-    grace: timedelta = timedelta(seconds=30)
-    workers: int = DEFAULT_WORKERS
+DEFAULT_RECOVERY_INTERVAL = "1s"
 
 
 def parse_jobs_option(raw: str) -> tuple[str, ...]:
@@ -39,11 +27,26 @@ def parse_jobs_option(raw: str) -> tuple[str, ...]:
     return modules
 
 
-def parse_grace(raw: str) -> timedelta:
+def parse_option_duration(option: str, raw: str) -> timedelta:
     try:
         return parse_duration(raw)
     except ValueError as error:
-        raise UserError(f"--grace: {error}") from None
+        raise UserError(f"{option}: {error}") from None
+
+
+def parse_period(raw: str | None) -> datetime | None:
+    """An ISO-8601 instant with second precision; one without an offset is UTC."""
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(
+            f"--period: cannot read {raw!r} as ISO-8601 (e.g. 2026-11-30T00:00:00Z)"
+        ) from None
+    if moment.microsecond:
+        raise UserError(f"--period: periods have whole seconds, got {raw!r}")
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def node_identity(name: str | None) -> NodeIdentity:

@@ -1,6 +1,8 @@
 """The long-lived loop: sleep until something is due, claim it in one batch, dispatch.
 
-The loop wakes at the earliest of "next period", "stop requested"; it never polls.
+The loop wakes at the earliest of "next period" and "stop requested"; it never polls.
+Side threads (the keeper's heartbeat, the recovery loop) are supervised: if one of
+them dies, the node stops rather than run without it.
 """
 
 from __future__ import annotations
@@ -8,30 +10,46 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.exc import DBAPIError
 
+from scheduler.clock import Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.keeper import Keeper
+from scheduler.policy import Overlap
+from scheduler.recovery import Recovery
 from scheduler.registry import Job
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
 from scheduler.store.nodes import NodeIdentity
-from scheduler.store.runs import Due
+from scheduler.store.runs import ClaimResult, Due
 from scheduler.timeline import Timeline
 
 DEFAULT_HEARTBEAT = timedelta(seconds=10)
+DEFAULT_RECOVERY_INTERVAL = timedelta(seconds=1)
 CLAIM_RETRY_S = 1.0
-# Periods still unclaimed this long after they were due are left to catch-up.
+# Periods this node could not claim for this long (database down) are left to catch-up.
 LATE_LIMIT = timedelta(minutes=5)
+OVERLAP_LIMITS = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: None}
 
 
 @dataclass(frozen=True)
 class DaemonSettings:
     workers: int
     grace: timedelta
+    recovery_interval: timedelta = DEFAULT_RECOVERY_INTERVAL
+
+
+def due_for(job: Job, period: datetime) -> Due:
+    """What the store needs to claim one period of a job under its policy."""
+    return Due(
+        job=job.name,
+        period=period,
+        lease_seconds=job.policy.lease.total_seconds(),
+        overlap_limit=OVERLAP_LIMITS[job.policy.overlap],
+    )
 
 
 class Daemon:
@@ -47,16 +65,27 @@ class Daemon:
         self._node = node
         self._settings = settings
         self._stop = threading.Event()
+        self._clock = Clock()
         self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
             node=node.id
         )
-        self._dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
+        self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
         heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [DEFAULT_HEARTBEAT])
-        self._keeper = Keeper(
+        self.keeper = Keeper(
             database=database,
-            dispatcher=self._dispatcher,
+            dispatcher=self.dispatcher,
             node_id=node.id,
             interval=heartbeat.total_seconds(),
+            stop=self._stop,
+            log=self._log,
+            clock=self._clock,
+        )
+        self._recovery = Recovery(
+            database=database,
+            dispatcher=self.dispatcher,
+            jobs=jobs,
+            node_id=node.id,
+            interval=settings.recovery_interval.total_seconds(),
             stop=self._stop,
             log=self._log,
         )
@@ -67,6 +96,7 @@ class Daemon:
     def run(self) -> int:
         """Serve until asked to stop; return how many runs were abandoned at shutdown."""
         nodes.register(self._database, self._node)
+        self.keeper.calibrate()
         self._log.info(
             "node_started",
             host=self._node.host,
@@ -74,7 +104,8 @@ class Daemon:
             version=self._node.version,
             jobs=len(self._jobs),
         )
-        self._keeper.start()
+        self.keeper.start()
+        self._recovery.start()
         try:
             self._loop()
         finally:
@@ -82,22 +113,19 @@ class Daemon:
         return abandoned
 
     def _loop(self) -> None:
-        timeline = Timeline(self._jobs.values(), datetime.now(UTC))
+        timeline = Timeline(self._jobs.values(), self._clock.now())
         pending: list[Due] = []
         while not self._stop.is_set():
-            now = datetime.now(UTC)
-            pending += [
-                Due(job.name, period, job.policy.lease.total_seconds())
-                for job, period in timeline.pop_due(now)
-            ]
+            now = self._clock.now()
+            pending += [due_for(job, period) for job, period in timeline.pop_due(now)]
             pending = self._claim(pending, now)
             next_due = timeline.next_due()
             if pending:
-                wait = CLAIM_RETRY_S
+                wait: float | None = CLAIM_RETRY_S
             elif next_due is None:
                 wait = None
             else:
-                wait = max(0.0, (next_due - datetime.now(UTC)).total_seconds())
+                wait = max(0.0, (next_due - self._clock.now()).total_seconds())
             self._stop.wait(wait)
 
     def _claim(self, due: list[Due], now: datetime) -> list[Due]:
@@ -105,15 +133,17 @@ class Daemon:
         if not due:
             return []
         try:
-            won = runs.claim(self._database, due, self._node.id)
+            result = runs.claim(self._database, due, self._node.id)
         except DBAPIError as error:
             self._log.warning("claim_failed", error=first_line(error.orig), periods=len(due))
             return [item for item in due if now - item.period < LATE_LIMIT]
-        won_keys = {(claim.job, claim.period) for claim in won}
-        for item in due:
-            if (item.job, item.period) not in won_keys:
-                self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
-        for claim in won:
+        self._report(due, result)
+        for claim in result.won:
+            self.dispatcher.submit(claim)
+        return []
+
+    def _report(self, due: list[Due], result: ClaimResult) -> None:
+        for claim in result.won:
             self._log.info(
                 "run_claimed",
                 job=claim.job,
@@ -121,21 +151,32 @@ class Daemon:
                 run_id=claim.id,
                 attempt=claim.attempt,
             )
-            self._dispatcher.submit(claim)
-        return []
+        for claim in result.skipped:
+            self._log.info(
+                "run_skipped",
+                job=claim.job,
+                period=claim.period.isoformat(),
+                run_id=claim.id,
+                reason="overlap",
+            )
+        taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
+        for item in due:
+            if (item.job, item.period) not in taken:
+                self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
 
     def _shutdown(self) -> int:
         self._stop.set()
-        running = len(self._dispatcher.held())
+        running = len(self.dispatcher.held())
         self._log.info(
             "node_stopping", running=running, grace_s=self._settings.grace.total_seconds()
         )
-        abandoned = self._dispatcher.drain(self._settings.grace.total_seconds())
+        abandoned = self.dispatcher.drain(self._settings.grace.total_seconds())
         try:
             nodes.mark_stopped(self._database, self._node.id)
         except DBAPIError as error:
             self._log.warning("node_stop_unrecorded", error=first_line(error.orig))
         self._log.info("node_stopped", abandoned=abandoned)
-        if self._keeper.failure is not None:
-            raise RuntimeError("the heartbeat thread died") from self._keeper.failure
+        for side in (self.keeper, self._recovery):
+            if side.failure is not None:
+                raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned

@@ -8,27 +8,33 @@ faults until it lands or is refused by the fence.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
+from typing import TypeVar
 
 import structlog
 from sqlalchemy.exc import DBAPIError
 
 from scheduler.context import RunContext
+from scheduler.invoke import Outcome, invoke
+from scheduler.policy import Overlap, Policy
 from scheduler.registry import Job
 from scheduler.states import Reason, RunStatus
 from scheduler.store import runs
 from scheduler.store.database import Database, first_line
-from scheduler.store.runs import Claim, Failure
+from scheduler.store.runs import Claim, Start
 
-TRACEBACK_LIMIT = 4000
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
+QUEUE_POLL_S = 0.25
+MAX_RETRY_DELAY = timedelta(hours=6)
+T = TypeVar("T")
 
 
 @dataclass
@@ -36,6 +42,13 @@ class ActiveRun:
     claim: Claim
     context: RunContext
     future: Future[None]
+
+
+def retry_delay(policy: Policy, attempt: int) -> float:
+    """Exponential backoff from `retry_backoff`, with up to 25 % jitter so retries spread."""
+    base = policy.retry_backoff.total_seconds() * 2 ** (attempt - 1)
+    delay: float = min(base * (1 + random.uniform(0, 0.25)), MAX_RETRY_DELAY.total_seconds())
+    return delay
 
 
 class Dispatcher:
@@ -60,7 +73,7 @@ class Dispatcher:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="coroutines", daemon=True).start()
 
-    def submit(self, claim: Claim) -> None:
+    def submit(self, claim: Claim) -> Future[None]:
         log = self._log.bind(
             job=claim.job,
             period=claim.period.isoformat(),
@@ -80,6 +93,7 @@ class Dispatcher:
             future = self._pool.submit(self._execute, claim, context)
             self._active[claim.id] = ActiveRun(claim, context, future)
         future.add_done_callback(lambda _: self._forget(claim.id))
+        return future
 
     def held(self) -> list[Claim]:
         with self._lock:
@@ -103,18 +117,17 @@ class Dispatcher:
             left = list(self._active.values())
         for active in left:
             active.context.cancelled.set()
-            recorded = self._persist(
-                active.context.log,
-                partial(
-                    runs.finish,
-                    self._database,
-                    active.claim,
-                    RunStatus.ABANDONED,
-                    0,
-                    reason=Reason.SHUTDOWN,
-                ),
+            # retry_in=0: any other node's recovery pass may take the period at once.
+            abandon = partial(
+                runs.finish,
+                self._database,
+                active.claim,
+                RunStatus.ABANDONED,
+                None,
+                reason=Reason.SHUTDOWN,
+                retry_in=0,
             )
-            if recorded:
+            if self._persist(active.context.log, abandon, default=False):
                 active.context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._loop is not None:
@@ -127,47 +140,66 @@ class Dispatcher:
 
     def _execute(self, claim: Claim, context: RunContext) -> None:
         log, job = context.log, self._jobs[claim.job]
-        if not self._persist(log, lambda: runs.start(self._database, claim)):
+        if not self._wait_and_start(claim, job, context):
             log.warning("run_outcome_refused", stage="start")
             return
         log.info("run_started", origin=claim.origin.value)
         began = time.monotonic()
-        failure = self._call(job, context)
+        outcome = invoke(job, context, self._loop)
         duration_ms = round((time.monotonic() - began) * 1000)
-        status = RunStatus.FAILED if failure else RunStatus.SUCCEEDED
-        if not self._persist(
-            log, lambda: runs.finish(self._database, claim, status, duration_ms, failure=failure)
-        ):
-            log.warning("run_outcome_refused", stage="finish", status=status.value)
-        elif failure:
-            log.error(
-                "run_failed",
-                duration_ms=duration_ms,
-                error_type=failure.type,
-                error=failure.message,
+        self._record(claim, job, context, outcome, duration_ms)
+
+    def _wait_and_start(self, claim: Claim, job: Job, context: RunContext) -> bool:
+        """Start now, or for overlap `queue` once the earlier period has ended."""
+        queued = job.policy.overlap is Overlap.QUEUE
+        while True:
+            started = self._persist(
+                context.log,
+                partial(runs.start, self._database, claim, after_earlier=queued),
+                default=Start.LOST,
             )
-        else:
+            if started is not Start.WAIT:
+                return started is Start.STARTED
+            if context.cancelled.wait(QUEUE_POLL_S):
+                return False
+
+    def _record(
+        self, claim: Claim, job: Job, context: RunContext, outcome: Outcome, duration_ms: int
+    ) -> None:
+        retry_in = None
+        if outcome.status is not RunStatus.SUCCEEDED and claim.attempt < job.policy.max_attempts:
+            retry_in = retry_delay(job.policy, claim.attempt)
+        finish = partial(
+            runs.finish,
+            self._database,
+            claim,
+            outcome.status,
+            duration_ms,
+            failure=outcome.failure,
+            retry_in=retry_in,
+        )
+        log = context.log
+        if not self._persist(log, finish, default=False):
+            log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
+        elif outcome.status is RunStatus.SUCCEEDED:
             log.info("run_succeeded", duration_ms=duration_ms)
-
-    def _call(self, job: Job, context: RunContext) -> Failure | None:
-        """Call the job; any exception it raises becomes a Failure, never ours."""
-        arguments = (context,) if job.takes_context else ()
-        try:
-            if job.is_async:
-                assert self._loop is not None
-                asyncio.run_coroutine_threadsafe(job.func(*arguments), self._loop).result()
-            else:
-                job.func(*arguments)
-        except Exception as error:  # noqa: BLE001 - a job's failure is data, not a crash
-            return Failure(
-                type=f"{type(error).__module__}.{type(error).__qualname__}",
-                message=str(error)[:2000],
-                traceback="".join(traceback.format_exception(error))[-TRACEBACK_LIMIT:],
+        else:
+            assert outcome.failure is not None
+            event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
+            log.error(
+                event,
+                duration_ms=duration_ms,
+                error_type=outcome.failure.type,
+                error=outcome.failure.message,
+                retry_in_s=None if retry_in is None else round(retry_in, 3),
             )
-        return None
 
-    def _persist(self, log: structlog.stdlib.BoundLogger, write: Callable[[], bool]) -> bool:
-        """Retry a fenced write through database faults until the database answers."""
+    def _persist(self, log: structlog.stdlib.BoundLogger, write: Callable[[], T], default: T) -> T:
+        """Retry a write through database faults until the database answers.
+
+        Once shutdown has begun and the back-off has reached its ceiling, give up and
+        return `default`: the lease will expire and another node takes the period.
+        """
         delay = RETRY_FIRST_DELAY_S
         while True:
             try:
@@ -175,7 +207,7 @@ class Dispatcher:
             except DBAPIError as error:
                 if self._closing.is_set() and delay >= RETRY_MAX_DELAY_S:
                     log.error("run_outcome_lost", error=first_line(error.orig))
-                    return False
+                    return default
                 log.warning("database_unavailable", error=first_line(error.orig), retry_in=delay)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_DELAY_S)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 
 import structlog
 from sqlalchemy.exc import DBAPIError
 
+from scheduler.clock import SKEW_WARNING, Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
@@ -27,6 +29,7 @@ class Keeper(threading.Thread):
         interval: float,
         stop: threading.Event,
         log: structlog.stdlib.BoundLogger,
+        clock: Clock,
     ) -> None:
         super().__init__(name="keeper", daemon=True)
         self._database = database
@@ -35,7 +38,10 @@ class Keeper(threading.Thread):
         self._interval = interval
         self._stop = stop
         self._log = log
+        self._clock = clock
+        self._skewed = False
         self._renewed_at: dict[str, float] = {}
+        self.last_beat: float | None = None
         self.failure: BaseException | None = None
 
     def run(self) -> None:
@@ -53,6 +59,7 @@ class Keeper(threading.Thread):
         try:
             nodes.heartbeat(self._database, self._node_id)
             renewed = runs.renew_leases(self._database, held)
+            self.calibrate()
         except DBAPIError as error:
             self._log.warning("heartbeat_failed", error=first_line(error.orig))
             renewed = set()
@@ -61,9 +68,20 @@ class Keeper(threading.Thread):
                 if now - since >= claim.lease_seconds:
                     self._dispatcher.lose(claim.id)
             return
+        self.last_beat = now
         for claim in held:
             if claim.id in renewed:
                 self._renewed_at[claim.id] = now
             else:
                 self._dispatcher.lose(claim.id)
         self._renewed_at = {run_id: self._renewed_at[run_id] for run_id in renewed}
+
+    def calibrate(self) -> None:
+        """Measure this host's clock against the database's; warn once when they drift apart."""
+        before = datetime.now(UTC)
+        database_time = self._database.read_clock()
+        offset = self._clock.calibrate(before, database_time, datetime.now(UTC))
+        skewed = abs(offset) > SKEW_WARNING
+        if skewed and not self._skewed:
+            self._log.warning("clock_skew", offset_s=round(offset.total_seconds(), 3))
+        self._skewed = skewed

@@ -23,8 +23,18 @@ class LogFormat(StrEnum):
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+_current: tuple[LogFormat, str] = (LogFormat.AUTO, "info")
+
+
+def current() -> tuple[LogFormat, str]:
+    """The format and level in force, for a child process to configure itself alike."""
+    return _current
+
+
 def configure(log_format: LogFormat, level: str) -> None:
     """Route structlog and the stdlib through one renderer on stdout."""
+    global _current  # noqa: PLW0603 - logging is process-wide by nature
+    _current = (log_format, level)
     use_json = log_format is LogFormat.JSON or (
         log_format is LogFormat.AUTO and not sys.stdout.isatty()
     )

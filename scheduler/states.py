@@ -27,6 +27,7 @@ class Reason(StrEnum):
     CATCHUP = "catchup"
     WINDOW = "window"
     SHUTDOWN = "shutdown"
+    LEASE_EXPIRED = "lease_expired"
 
 
 class Origin(StrEnum):

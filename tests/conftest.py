@@ -3,72 +3,38 @@ and a migrated SQLite file copied per test."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from scheduler.store import migrate
 from scheduler.store.database import Database, open_database
-
-POSTGRES_ADMIN_URL = os.environ.get(
-    "SCHEDULER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-
-
-def _admin() -> psycopg.Connection[tuple[object, ...]]:
-    try:
-        return psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as error:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({error}); "
-            "start it or set SCHEDULER_TEST_POSTGRES_URL",
-            pytrace=False,
-        )
-
-
-def _url_for(database_name: str) -> str:
-    base, _, _ = POSTGRES_ADMIN_URL.rpartition("/")
-    return f"{base}/{database_name}"
+from tests.databases import postgres_database
 
 
 @pytest.fixture(scope="session")
 def postgres_template() -> Iterator[str]:
-    name = f"scheduler_template_{uuid.uuid4().hex[:8]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    database = open_database(_url_for(name), must_exist=False)
-    migrate.upgrade(database)
-    database.dispose()
-    yield name
-    with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database() as url:
+        database = open_database(url, must_exist=False)
+        migrate.upgrade(database)
+        database.dispose()
+        yield url.rsplit("/", 1)[1]
 
 
 @pytest.fixture
 def postgres_url(postgres_template: str) -> Iterator[str]:
     """A fresh, migrated database of its own for one test."""
-    name = f"scheduler_test_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"')
-    yield _url_for(name)
-    with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database(template=postgres_template) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_postgres_url() -> Iterator[str]:
     """A database with no scheduler schema at all."""
-    name = f"scheduler_empty_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield _url_for(name)
-    with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -47,10 +47,12 @@ def upgrade() -> None:
 
     with op.batch_alter_table("scheduler_runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("retry_at", sa.DateTime(timezone=True), nullable=True))
+        batch_op.create_index(batch_op.f("ix_scheduler_runs_retry_at"), ["retry_at"], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("scheduler_runs", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_scheduler_runs_retry_at"))
         batch_op.drop_column("retry_at")
 
     with op.batch_alter_table("scheduler_jobs", schema=None) as batch_op:

@@ -91,6 +91,15 @@ class Database:
         with self.engine.begin() as connection:
             yield connection
 
+    def read_clock(self) -> datetime:
+        """The database's current time, to measure this host's clock against."""
+        if not self.is_postgres:
+            return datetime.now(UTC)
+        with self.engine.connect() as connection:
+            moment = connection.execute(text("SELECT statement_timestamp()")).scalar_one()
+        assert isinstance(moment, datetime)
+        return moment.astimezone(UTC)
+
     def ping(self) -> None:
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))

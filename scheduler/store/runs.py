@@ -6,25 +6,54 @@ its lease learns so from a zero row count and cannot overwrite the new holder.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    text,
+    update,
+)
 
 from scheduler.states import ACTIVE_STATUSES, Origin, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.schema import runs
+from scheduler.store.schema import attempts, runs
+
+ACTIVE = [status.value for status in ACTIVE_STATUSES]
+# Statuses a run may leave again through `retry_at`.
+RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDONED.value]
+# Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
+JOBS_PER_TRANSACTION = 500
+_other = runs.alias("other")
 
 
 @dataclass(frozen=True)
 class Due:
-    """A period that a node wants to claim."""
+    """A period that a node wants to claim.
+
+    `overlap_limit` is how many other active runs of the job may exist before this
+    period is recorded as skipped (1 for `skip`, 2 for `queue`); None allows any.
+    """
 
     job: str
     period: datetime
     lease_seconds: float
+    overlap_limit: int | None = 1
     origin: Origin = Origin.SCHEDULE
 
 
@@ -42,6 +71,12 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class ClaimResult:
+    won: list[Claim]
+    skipped: list[Claim]
+
+
+@dataclass(frozen=True)
 class Failure:
     """What went wrong in a run, trimmed for storage."""
 
@@ -50,45 +85,109 @@ class Failure:
     traceback: str
 
 
-def claim(database: Database, due: Sequence[Due], holder: str) -> list[Claim]:
-    """Claim many periods at once; return the ones this node won.
+def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
+    """Claim many periods at once; return the ones this node won, and those it skipped.
 
-    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING id` for the whole
-    batch (SQLAlchemy sends it as multi-row VALUES pages): a row comes back only for
-    the periods nobody held, so losing is silent and costs nothing more.
+    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per batch (SQLAlchemy
+    sends it as multi-row VALUES pages): a row comes back only for the periods nobody
+    held, so losing is silent. A period whose job is still running elsewhere is
+    inserted as `skipped` (reason overlap) by the same statement; on PostgreSQL that
+    check is serialised per job by transaction-scoped advisory locks, so no lock
+    outlives the statement and nothing depends on a session.
     """
-    if not due:
-        return []
-    if database.is_postgres:
-        expiry = database.now_plus(bindparam("lease_seconds"))
-        return _claim_rows(database, due, holder, expiry)
-    # SQLite computes the lease on our clock; group by lease length to keep one value each.
-    won: list[Claim] = []
-    for seconds in sorted({item.lease_seconds for item in due}):
-        group = [item for item in due if item.lease_seconds == seconds]
-        won += _claim_rows(database, group, holder, database.now_plus(seconds))
-    return won
+    result = ClaimResult([], [])
+    for chunk in _chunks_by_job(due):
+        with database.transaction() as connection:
+            if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
+                _lock_jobs(connection, {item.job for item in chunk})
+            for group in _statement_groups(database, chunk):
+                _insert_claims(database, connection, group, holder, result)
+    return result
 
 
-def _claim_rows(database: Database, due: Sequence[Due], holder: str, expiry: object) -> list[Claim]:
-    candidates = {uuid.uuid4().hex: item for item in due}
+def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """Split a batch so that no transaction locks more than JOBS_PER_TRANSACTION jobs."""
+    chunk: list[Due] = []
+    jobs: set[str] = set()
+    for item in sorted(due, key=lambda item: (item.job, item.period)):
+        if item.job not in jobs and len(jobs) >= JOBS_PER_TRANSACTION:
+            yield chunk
+            chunk, jobs = [], set()
+        chunk.append(item)
+        jobs.add(item.job)
+    if chunk:
+        yield chunk
+
+
+def _lock_jobs(connection: Connection, jobs: set[str]) -> None:
+    """Take the per-job overlap locks in one statement, in key order: no deadlock."""
+    keys = sorted(job_lock_key(job) for job in jobs)
+    connection.execute(
+        text(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k"
+        ),
+        {"keys": keys},
+    )
+
+
+def job_lock_key(job: str) -> int:
+    """A stable signed 64-bit key per job, the same on every node and Python version."""
+    digest = hashlib.blake2b(f"scheduler:{job}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _statement_groups(database: Database, due: Sequence[Due]) -> Iterator[list[Due]]:
+    """Rows that share one statement shape: with or without the overlap check, and on
+    SQLite (whose lease is a value computed here) the same lease length."""
+    groups: dict[tuple[bool, float], list[Due]] = {}
+    for item in due:
+        lease_key = 0.0 if database.is_postgres else item.lease_seconds
+        groups.setdefault((item.overlap_limit is None, lease_key), []).append(item)
+    yield from groups.values()
+
+
+def _insert_claims(
+    database: Database, connection: Connection, due: list[Due], holder: str, result: ClaimResult
+) -> None:
+    now = database.now()
+    expiry = database.now_plus(
+        bindparam("lease_seconds") if database.is_postgres else due[0].lease_seconds
+    )
+    if due[0].overlap_limit is None:
+        overlapping: ColumnElement[bool] = bindparam("never", False)
+    else:
+        others_active = (
+            select(func.count())
+            .select_from(_other)
+            .where(
+                _other.c.job == bindparam("job"),
+                _other.c.period != bindparam("period"),
+                # Inlined constants: executemany forbids expanding IN parameters.
+                _other.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE]),
+            )
+            .scalar_subquery()
+        )
+        overlapping = others_active >= bindparam("overlap_limit")
     statement = (
         database.insert(runs)
         .values(
             id=bindparam("id"),
             job=bindparam("job"),
             period=bindparam("period"),
-            status=RunStatus.CLAIMED.value,
+            status=case((overlapping, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
+            reason=case((overlapping, Reason.OVERLAP.value), else_=null()),
             origin=bindparam("origin"),
             attempt=1,
             holder=holder,
             lease_seconds=bindparam("lease_seconds"),
-            lease_expires_at=expiry,
-            claimed_at=database.now(),
+            lease_expires_at=case((overlapping, null()), else_=expiry),
+            claimed_at=now,
+            finished_at=case((overlapping, now), else_=null()),
         )
         .on_conflict_do_nothing(index_elements=["job", "period"])
-        .returning(runs.c.id)
+        .returning(runs.c.id, runs.c.status)
     )
+    candidates = {uuid.uuid4().hex: item for item in due}
     parameters = [
         {
             "id": run_id,
@@ -96,64 +195,85 @@ def _claim_rows(database: Database, due: Sequence[Due], holder: str, expiry: obj
             "period": item.period,
             "origin": item.origin.value,
             "lease_seconds": item.lease_seconds,
+            "overlap_limit": item.overlap_limit or 0,
+            "never": False,
         }
         for run_id, item in candidates.items()
     ]
-    with database.transaction() as connection:
-        won_ids = list(connection.execute(statement, parameters).scalars())
-    return [
-        Claim(
-            id=run_id,
-            job=candidates[run_id].job,
-            period=candidates[run_id].period,
-            attempt=1,
-            holder=holder,
-            lease_seconds=candidates[run_id].lease_seconds,
-            origin=candidates[run_id].origin,
-        )
-        for run_id in won_ids
-    ]
+    for run_id, status in connection.execute(statement, parameters):
+        item = candidates[run_id]
+        claimed = Claim(run_id, item.job, item.period, 1, holder, item.lease_seconds, item.origin)
+        (result.skipped if status == RunStatus.SKIPPED else result.won).append(claimed)
 
 
-def _fenced(claim: Claim) -> object:
+def _fenced(claim: Claim) -> ColumnElement[bool]:
     return and_(
         runs.c.id == claim.id,
         runs.c.attempt == claim.attempt,
         runs.c.holder == claim.holder,
-        runs.c.status.in_([status.value for status in ACTIVE_STATUSES]),
+        runs.c.status.in_(ACTIVE),
     )
 
 
-def start(database: Database, claim: Claim) -> bool:
-    """Mark the run as running; False means the claim is no longer ours."""
+class Start(Enum):
+    STARTED = "started"
+    WAIT = "wait"
+    LOST = "lost"
+
+
+def start(database: Database, claim: Claim, *, after_earlier: bool = False) -> Start:
+    """Mark the run as running if it is still ours.
+
+    With `after_earlier` (overlap `queue`) it starts only once no earlier period of the
+    job is active, checked in the same statement; otherwise the answer is WAIT.
+    """
+    conditions = [_fenced(claim), runs.c.status == RunStatus.CLAIMED.value]
+    if after_earlier:
+        conditions.append(
+            ~exists().where(
+                _other.c.job == claim.job,
+                _other.c.period < claim.period,
+                _other.c.status.in_(ACTIVE),
+            )
+        )
     statement = (
         update(runs)
-        .where(_fenced(claim))  # type: ignore[arg-type]
+        .where(*conditions)
         .values(status=RunStatus.RUNNING.value, started_at=database.now())
     )
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        if connection.execute(statement).rowcount == 1:
+            return Start.STARTED
+        if after_earlier and connection.execute(select(runs.c.id).where(_fenced(claim))).first():
+            return Start.WAIT
+    return Start.LOST
 
 
 def finish(
     database: Database,
     claim: Claim,
     status: RunStatus,
-    duration_ms: int,
+    duration_ms: int | None,
     *,
     failure: Failure | None = None,
     reason: Reason | None = None,
+    retry_in: float | None = None,
 ) -> bool:
-    """Record the outcome if we still hold the run; False means it was refused."""
+    """Record the outcome if we still hold the run; False means it was refused.
+
+    `retry_in` marks the period for another attempt after that many seconds; any node's
+    recovery pass may take it then.
+    """
     statement = (
         update(runs)
-        .where(_fenced(claim))  # type: ignore[arg-type]
+        .where(_fenced(claim))
         .values(
             status=status.value,
             reason=reason.value if reason else None,
             finished_at=database.now(),
             duration_ms=duration_ms,
             lease_expires_at=None,
+            retry_at=None if retry_in is None else database.now_plus(retry_in),
             error_type=failure.type if failure else None,
             error_message=failure.message if failure else None,
             error_traceback=failure.traceback if failure else None,
@@ -178,18 +298,204 @@ def renew_leases(database: Database, claims: Sequence[Claim]) -> set[str]:
                 .where(
                     runs.c.id.in_([held.id for held in group]),
                     runs.c.holder == group[0].holder,
-                    runs.c.status.in_([status.value for status in ACTIVE_STATUSES]),
+                    runs.c.status.in_(ACTIVE),
                 )
                 .values(lease_expires_at=database.now_plus(seconds))
                 .returning(runs.c.id, runs.c.attempt)
             )
-            attempts = {held.id: held.attempt for held in group}
+            attempts_held = {held.id: held.attempt for held in group}
             renewed |= {
                 run_id
                 for run_id, attempt in connection.execute(statement)
-                if attempts[run_id] == attempt
+                if attempts_held[run_id] == attempt
             }
     return renewed
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A run another node may take over: its lease expired, or it waits for a retry."""
+
+    id: str
+    job: str
+    period: datetime
+    attempt: int
+    holder: str | None
+    status: RunStatus
+    lease_seconds: float
+    origin: Origin
+    expired: bool
+
+
+def find_stale(database: Database, jobs: Sequence[str], limit: int) -> list[Stale]:
+    """Runs of these jobs whose lease expired or whose retry is due, oldest first."""
+    if not jobs:
+        return []
+    now = database.now()
+    expired = and_(runs.c.status.in_(ACTIVE), runs.c.lease_expires_at < now)
+    statement = (
+        select(
+            runs.c.id,
+            runs.c.job,
+            runs.c.period,
+            runs.c.attempt,
+            runs.c.holder,
+            runs.c.status,
+            runs.c.lease_seconds,
+            runs.c.origin,
+            expired.label("expired"),
+        )
+        .where(runs.c.job.in_(jobs), expired | (runs.c.retry_at <= now))
+        .order_by(runs.c.period)
+        .limit(limit)
+    )
+    with database.transaction() as connection:
+        return [
+            Stale(
+                id=row.id,
+                job=row.job,
+                period=row.period,
+                attempt=row.attempt,
+                holder=row.holder,
+                status=RunStatus(row.status),
+                lease_seconds=row.lease_seconds,
+                origin=Origin(row.origin),
+                expired=bool(row.expired),
+            )
+            for row in connection.execute(statement)
+        ]
+
+
+def retake(
+    database: Database, stale: Stale, holder: str, origin: Origin | None = None
+) -> Claim | None:
+    """Take a stale run over as the next attempt; None if somebody else was faster.
+
+    The superseded attempt is copied to `scheduler_attempts` first (an expired one as
+    abandoned), then the run row is compare-and-set on the state we read.
+    """
+    new_origin = origin or stale.origin
+    with database.transaction() as connection:
+        if not _supersede(database, connection, stale):
+            return None
+        taken = connection.execute(
+            update(runs)
+            .where(*_observed(stale))
+            .values(
+                attempt=stale.attempt + 1,
+                holder=holder,
+                status=RunStatus.CLAIMED.value,
+                reason=None,
+                origin=new_origin.value,
+                lease_expires_at=database.now_plus(stale.lease_seconds),
+                claimed_at=database.now(),
+                started_at=None,
+                finished_at=None,
+                duration_ms=None,
+                retry_at=None,
+                error_type=None,
+                error_message=None,
+                error_traceback=None,
+            )
+        ).rowcount
+    if taken != 1:
+        return None
+    return Claim(
+        stale.id,
+        stale.job,
+        stale.period,
+        stale.attempt + 1,
+        holder,
+        stale.lease_seconds,
+        new_origin,
+    )
+
+
+def give_up(database: Database, stale: Stale) -> bool:
+    """A run that may not be taken again: an expired one ends abandoned, a retry is dropped."""
+    values: dict[str, Any] = {"retry_at": None}
+    if stale.expired:
+        values |= {
+            "status": RunStatus.ABANDONED.value,
+            "reason": Reason.LEASE_EXPIRED.value,
+            "lease_expires_at": None,
+            "finished_at": database.now(),
+        }
+    with database.transaction() as connection:
+        return (
+            connection.execute(update(runs).where(*_observed(stale)).values(**values)).rowcount == 1
+        )
+
+
+def _observed(stale: Stale) -> list[ColumnElement[bool]]:
+    """The run is still exactly as we read it: same attempt, holder and status."""
+    holder = runs.c.holder.is_(None) if stale.holder is None else runs.c.holder == stale.holder
+    return [
+        runs.c.id == stale.id,
+        runs.c.attempt == stale.attempt,
+        runs.c.status == stale.status.value,
+        holder,
+    ]
+
+
+def _supersede(database: Database, connection: Connection, stale: Stale) -> bool:
+    """Copy the attempt being replaced into the attempts table (once, whoever wins)."""
+    if stale.expired:
+        status: ColumnElement[Any] = literal(RunStatus.ABANDONED.value)
+        reason: ColumnElement[Any] = literal(Reason.LEASE_EXPIRED.value)
+        finished: ColumnElement[Any] = database.now()
+    else:
+        status, reason, finished = runs.c.status, runs.c.reason, runs.c.finished_at
+    source = select(
+        runs.c.id,
+        runs.c.attempt,
+        runs.c.job,
+        runs.c.period,
+        runs.c.holder,
+        status,
+        reason,
+        runs.c.started_at,
+        finished,
+        runs.c.duration_ms,
+        runs.c.error_type,
+        runs.c.error_message,
+        runs.c.error_traceback,
+    ).where(*_observed(stale))
+    statement = (
+        database.insert(attempts)
+        .from_select(_ATTEMPT_COLUMNS, source)
+        .on_conflict_do_nothing(index_elements=["run_id", "attempt"])
+        .returning(attempts.c.run_id)
+    )
+    return connection.execute(statement).first() is not None
+
+
+_ATTEMPT_COLUMNS = [
+    "run_id",
+    "attempt",
+    "job",
+    "period",
+    "node",
+    "status",
+    "reason",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "error_type",
+    "error_message",
+    "error_traceback",
+]
+
+
+def holder_of(
+    database: Database, job: str, period: datetime
+) -> tuple[str | None, RunStatus] | None:
+    """Who holds a period and in which state, for a loser's log line."""
+    with database.transaction() as connection:
+        row = connection.execute(
+            select(runs.c.holder, runs.c.status).where(runs.c.job == job, runs.c.period == period)
+        ).first()
+    return None if row is None else (row.holder, RunStatus(row.status))
 
 
 def get(database: Database, job: str, period: datetime) -> dict[str, object] | None:
@@ -199,3 +505,28 @@ def get(database: Database, job: str, period: datetime) -> dict[str, object] | N
             select(runs).where(runs.c.job == job, runs.c.period == period)
         ).first()
     return dict(row._mapping) if row else None
+
+
+def seconds_until_recovery(database: Database, jobs: Sequence[str]) -> float | None:
+    """How long until the next lease of these jobs expires or retry falls due, by the
+    database clock; None if nothing is pending."""
+    if not jobs:
+        return None
+    statement = select(
+        func.min(case((runs.c.status.in_(ACTIVE), runs.c.lease_expires_at), else_=null())),
+        func.min(runs.c.retry_at),
+        database.now(),
+    ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))
+    with database.transaction() as connection:
+        lease, retry, now = connection.execute(statement).one()
+    deadlines = [_as_utc(moment) for moment in (lease, retry) if moment is not None]
+    if not deadlines:
+        return None
+    return max(0.0, (min(deadlines) - _as_utc(now)).total_seconds())
+
+
+def _as_utc(moment: datetime | str) -> datetime:
+    """Aggregates lose the column type on SQLite and come back as text."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

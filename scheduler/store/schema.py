@@ -81,6 +81,7 @@ runs = Table(
     Index(None, "status", "lease_expires_at"),
     Index(None, "job", "status"),
     Index(None, "holder", "status"),
+    Index(None, "retry_at"),
 )
 
 jobs = Table(

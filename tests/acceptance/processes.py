@@ -13,17 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-JOBMODS = Path(__file__).parent / "jobmods"
+REPOSITORY = Path(__file__).resolve().parents[2]
+JOBMODS_PACKAGE = "tests.acceptance.jobmods"
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 
 
 def environment(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SCHEDULER_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(JOBMODS), env.get("PYTHONPATH", "")]).rstrip(
+    env["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY), env.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
     )
     env.update(extra)
     return env
+
+
+def jobmods(names: str) -> str:
+    """`--jobs` for test job modules: "ticker,long" -> their full module names."""
+    return ",".join(f"{JOBMODS_PACKAGE}.{name}" for name in names.split(","))
 
 
 def run_command(
@@ -45,6 +51,7 @@ def run_command(
 class Node:
     """One `scheduler run` process, its stdout captured to a file."""
 
+    name: str
     process: subprocess.Popen[bytes]
     log_path: Path
     started: float = field(default_factory=time.monotonic)
@@ -100,7 +107,7 @@ def start_node(
                 "--database-url",
                 database_url,
                 "--jobs",
-                jobs,
+                jobmods(jobs),
                 "--log-format",
                 "json",
                 "--node-name",
@@ -112,4 +119,4 @@ def start_node(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return Node(process, log_path)
+    return Node(name, process, log_path)

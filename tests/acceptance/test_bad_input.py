@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.processes import run_command
+from tests.acceptance.processes import jobmods, run_command
 from tests.acceptance.records import table_counts
 
 EMPTY = {"scheduler_runs": 0, "scheduler_jobs": 0, "scheduler_nodes": 0}
@@ -38,14 +38,14 @@ def _refuse(tmp_path: Path, database_url: str, *args: str) -> str:
 def test_bad_job_definitions_are_refused(
     tmp_path: Path, sqlite_url: str, module: str, expected: list[str]
 ) -> None:
-    line = _refuse(tmp_path, sqlite_url, "--jobs", module)
+    line = _refuse(tmp_path, sqlite_url, "--jobs", jobmods(module))
     for fragment in expected:
         assert fragment in line, line
     assert table_counts(sqlite_url) == EMPTY
 
 
 def test_bad_definitions_leave_postgres_untouched(tmp_path: Path, postgres_url: str) -> None:
-    line = _refuse(tmp_path, postgres_url, "--jobs", "ticker,bad_minute")
+    line = _refuse(tmp_path, postgres_url, "--jobs", jobmods("ticker,bad_minute"))
     assert "job 'bad-minute'" in line
     assert table_counts(postgres_url) == EMPTY
 
@@ -60,19 +60,19 @@ def test_bad_definitions_leave_postgres_untouched(tmp_path: Path, postgres_url: 
     ],
 )
 def test_bad_database_urls_are_refused(tmp_path: Path, url: str, expected: str) -> None:
-    line = _refuse(tmp_path, url, "--jobs", "ticker")
+    line = _refuse(tmp_path, url, "--jobs", jobmods("ticker"))
     assert "--database-url" in line
     assert expected in line
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_empty_schema_asks_for_migrate(tmp_path: Path, empty_postgres_url: str) -> None:
-    line = _refuse(tmp_path, empty_postgres_url, "--jobs", "ticker")
+    line = _refuse(tmp_path, empty_postgres_url, "--jobs", jobmods("ticker"))
     assert "scheduler migrate" in line
 
 
 def test_an_unmigrated_sqlite_file_asks_for_migrate(tmp_path: Path) -> None:
-    line = _refuse(tmp_path, f"sqlite:///{tmp_path / 'absent.db'}", "--jobs", "ticker")
+    line = _refuse(tmp_path, f"sqlite:///{tmp_path / 'absent.db'}", "--jobs", jobmods("ticker"))
     assert "scheduler migrate" in line
     assert not (tmp_path / "absent.db").exists()
 

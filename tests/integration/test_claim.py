@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from scheduler.states import RunStatus
 from scheduler.store import runs
 from scheduler.store.database import Database, open_database
-from scheduler.store.runs import Claim, Due
+from scheduler.store.runs import Claim, Due, Start
 from scheduler.store.schema import runs as runs_table
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -26,7 +26,7 @@ def _race(database_url: str, contenders: int, due: list[Due]) -> list[list[Claim
         database = open_database(database_url)
         try:
             barrier.wait()
-            results[index] = runs.claim(database, due, f"node-{index}")
+            results[index] = runs.claim(database, due, f"node-{index}").won
         finally:
             database.dispose()
 
@@ -65,7 +65,7 @@ def test_batch_claims_split_without_overlap(database_url: str, database: Databas
 
 def test_claim_sets_a_lease_on_the_database_clock(database: Database) -> None:
     before = datetime.now(UTC)
-    (claim,) = runs.claim(database, [Due("billing", PERIOD, 45)], "node-a")
+    (claim,) = runs.claim(database, [Due("billing", PERIOD, 45)], "node-a").won
     row = runs.get(database, "billing", PERIOD)
     assert row is not None
     expires = row["lease_expires_at"]
@@ -75,10 +75,10 @@ def test_claim_sets_a_lease_on_the_database_clock(database: Database) -> None:
 
 
 def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
-    (claim,) = runs.claim(database, [Due("billing", PERIOD, 30)], "node-a")
-    assert not runs.start(database, replace(claim, holder="node-b"))
-    assert not runs.start(database, replace(claim, attempt=2))
-    assert runs.start(database, claim)
+    (claim,) = runs.claim(database, [Due("billing", PERIOD, 30)], "node-a").won
+    assert runs.start(database, replace(claim, holder="node-b")) is Start.LOST
+    assert runs.start(database, replace(claim, attempt=2)) is Start.LOST
+    assert runs.start(database, claim) is Start.STARTED
     assert not runs.finish(database, replace(claim, holder="node-b"), RunStatus.SUCCEEDED, 5)
     assert runs.finish(database, claim, RunStatus.SUCCEEDED, 5)
     # A finished run is no longer anyone's to write.
@@ -91,7 +91,7 @@ def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
 
 
 def test_renewal_returns_only_runs_still_held(database: Database) -> None:
-    first, second = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 60)], "node-a")
+    first, second = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 60)], "node-a").won
     runs.finish(database, second, RunStatus.SUCCEEDED, 1)
     assert runs.renew_leases(database, [first, second]) == {first.id}
     assert runs.renew_leases(database, [replace(first, attempt=2)]) == set()

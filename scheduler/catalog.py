@@ -1,0 +1,36 @@
+"""Writing the loaded jobs to the jobs table, so that read-only commands (views,
+`check`) know every job's schedule and policy without importing its code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from scheduler import logs
+from scheduler.registry import Job
+from scheduler.store import jobs as job_rows
+from scheduler.store.database import Database
+
+
+def register(database: Database, jobs: Mapping[str, Job]) -> None:
+    job_rows.register(database, [definition_row(job) for job in jobs.values()])
+    log = logs.get_logger()
+    for job in jobs.values():
+        log.info(
+            "job_registered",
+            job=job.name,
+            cron=job.schedule.expression,
+            timezone=job.schedule.timezone,
+        )
+
+
+def definition_row(job: Job) -> job_rows.JobDefinitionRow:
+    policy = job.policy
+    return job_rows.JobDefinitionRow(
+        name=job.name,
+        cron=job.schedule.expression,
+        timezone=job.schedule.timezone,
+        lease_seconds=policy.lease.total_seconds(),
+        timeout_seconds=policy.timeout.total_seconds() if policy.timeout else None,
+        retries=policy.retries,
+        alert_after_seconds=policy.overdue_after.total_seconds(),
+    )

@@ -1,0 +1,163 @@
+"""A node dies, freezes or loses its connections: no period runs twice or vanishes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import select
+
+from scheduler.states import Reason, RunStatus
+from scheduler.store.database import open_database
+from scheduler.store.schema import attempts
+from tests.acceptance.processes import Node, start_node
+from tests.acceptance.records import run_rows
+
+pytestmark = pytest.mark.slow
+LEASE_S = 3
+
+
+def _attempts(database_url: str, run_id: str) -> list[dict[str, object]]:
+    database = open_database(database_url)
+    try:
+        with database.transaction() as connection:
+            result = connection.execute(
+                select(attempts).where(attempts.c.run_id == run_id).order_by(attempts.c.attempt)
+            )
+            return [dict(row._mapping) for row in result]
+    finally:
+        database.dispose()
+
+
+def _lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _holder_of_first_start(nodes: list[Node], log: Path) -> tuple[Node, str, str]:
+    """Wait until some node starts the long job; return it, the period and the run id."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for node in nodes:
+            for event in node.events():
+                if event.get("event") == "run_started" and event.get("job") == "long":
+                    return node, event["period"], event["run_id"]
+        time.sleep(0.05)
+    raise AssertionError(f"no node started the job; {_lines(log)}")
+
+
+def test_sigkill_of_the_running_node_hands_the_period_to_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "executions.txt"
+    nodes = [
+        start_node(tmp_path, f"node{n}", postgres_url, "long", EXECUTION_LOG=str(log))
+        for n in range(3)
+    ]
+    try:
+        victim, period, run_id = _holder_of_first_start(nodes, log)
+        victim.kill()
+        killed_at = time.monotonic()
+        survivors = [node for node in nodes if node is not victim]
+        retaken = None
+        while retaken is None and time.monotonic() - killed_at < 20:
+            for node in survivors:
+                for event in node.events():
+                    if event.get("event") == "run_retaken" and event.get("run_id") == run_id:
+                        retaken = time.monotonic() - killed_at
+            time.sleep(0.05)
+        assert retaken is not None, "no survivor retook the period"
+        # Lease TTL plus one recovery pass (the pass is timed to the lease expiry).
+        assert retaken <= LEASE_S + 1.5, retaken
+        done = time.monotonic() + 15
+        while time.monotonic() < done:
+            row = next(row for row in run_rows(postgres_url, "long") if row["id"] == run_id)
+            if row["status"] == RunStatus.SUCCEEDED:
+                break
+            time.sleep(0.2)
+    finally:
+        codes = [node.stop() for node in nodes if node is not victim]
+    assert codes == [0, 0]
+    row = next(row for row in run_rows(postgres_url, "long") if row["id"] == run_id)
+    assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
+    (dead,) = _attempts(postgres_url, run_id)
+    assert (dead["status"], dead["reason"]) == (RunStatus.ABANDONED, Reason.LEASE_EXPIRED)
+    assert str(dead["node"]).startswith(f"{victim.name}-")
+    assert not str(row["holder"]).startswith(f"{victim.name}-")
+    finished = Counter(words[0] for words in _lines(log) if words[3] == "done")
+    assert finished[period] == 1
+    assert [p for p, count in finished.items() if count > 1] == []
+    ran = [row for row in run_rows(postgres_url, "long") if row["status"] == RunStatus.SUCCEEDED]
+    assert all(row["attempt"] == 1 or row["id"] == run_id for row in ran)
+
+
+def test_a_frozen_node_is_refused_when_it_wakes(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "executions.txt"
+    frozen = start_node(tmp_path, "frozen", postgres_url, "long", EXECUTION_LOG=str(log))
+    frozen.wait_for(lambda event: event.get("event") == "run_started")
+    (first,) = [e for e in frozen.events() if e.get("event") == "run_started"][:1]
+    frozen.signal(signal.SIGSTOP)
+    other = start_node(
+        tmp_path, "other", postgres_url, "long", EXECUTION_LOG=str(log), LONG_SECONDS="1"
+    )
+    try:
+        other.wait_for(
+            lambda event: (
+                event.get("event") == "run_succeeded" and event.get("run_id") == first["run_id"]
+            ),
+            timeout=20,
+        )
+        frozen.signal(signal.SIGCONT)
+        refused = frozen.wait_for(
+            lambda event: (
+                event.get("event") in ("run_outcome_refused", "lease_lost")
+                and event.get("run_id") == first["run_id"]
+            ),
+            timeout=15,
+        )
+    finally:
+        frozen.signal(signal.SIGCONT)
+        codes = [frozen.stop(), other.stop()]
+    assert codes == [0, 0]
+    assert refused["run_id"] == first["run_id"]
+    row = next(row for row in run_rows(postgres_url, "long") if row["id"] == first["run_id"])
+    assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
+    assert str(row["holder"]).startswith("other")
+
+
+def test_terminated_connections_do_not_stop_the_daemon(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "executions.txt"
+    node = start_node(
+        tmp_path, "survivor", postgres_url, "long,ticker", EXECUTION_LOG=str(log), LONG_SECONDS="2"
+    )
+    try:
+        started = node.wait_for(
+            lambda event: event.get("event") == "run_started" and event.get("job") == "long"
+        )
+        database_name = postgres_url.rsplit("/", 1)[1]
+        with psycopg.connect(
+            postgres_url.rsplit("/", 1)[0] + "/postgres", autocommit=True
+        ) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND application_name = 'scheduler'",
+                (database_name,),
+            ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 1
+        terminated_at = time.time()
+        time.sleep(6)
+        assert node.process.poll() is None, "the daemon exited"
+    finally:
+        assert node.stop() == 0
+    row = next(row for row in run_rows(postgres_url, "long") if row["id"] == started["run_id"])
+    assert row["status"] == RunStatus.SUCCEEDED
+    later = [
+        row
+        for row in run_rows(postgres_url, "tick")
+        if row["period"].timestamp() > terminated_at + 1 and row["status"] == RunStatus.SUCCEEDED
+    ]
+    assert len(later) >= 3, "the schedule did not go on after the connections were killed"

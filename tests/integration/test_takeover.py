@@ -1,0 +1,139 @@
+"""Overlap in the claim, queue starts, takeover of expired and failed runs, the late writer."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+
+from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store import runs
+from scheduler.store.database import Database
+from scheduler.store.runs import Due, Failure, Start
+from scheduler.store.schema import attempts
+from scheduler.store.schema import runs as runs_table
+
+PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NEXT = PERIOD + timedelta(seconds=1)
+AFTER = PERIOD + timedelta(seconds=2)
+
+
+def _expire(database: Database, run_id: str) -> None:
+    """Age a lease into the past, as if its node had stopped renewing it."""
+    with database.transaction() as connection:
+        connection.execute(
+            update(runs_table)
+            .where(runs_table.c.id == run_id)
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+
+
+def _attempt_rows(database: Database, run_id: str) -> list[dict[str, object]]:
+    with database.transaction() as connection:
+        result = connection.execute(
+            select(attempts).where(attempts.c.run_id == run_id).order_by(attempts.c.attempt)
+        )
+        return [dict(row._mapping) for row in result]
+
+
+def test_skip_records_the_overlapping_period_as_skipped(database: Database) -> None:
+    (first,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    result = runs.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    assert result.won == []
+    (skipped,) = result.skipped
+    row = runs.get(database, "sync", NEXT)
+    assert row is not None
+    assert (row["status"], row["reason"]) == (RunStatus.SKIPPED, Reason.OVERLAP)
+    assert row["lease_expires_at"] is None
+    assert skipped.period == NEXT
+    runs.finish(database, first, RunStatus.SUCCEEDED, 10)
+    assert runs.claim(database, [Due("sync", AFTER, 30)], "node-b").won
+
+
+def test_allow_claims_alongside_a_running_period(database: Database) -> None:
+    runs.claim(database, [Due("sync", PERIOD, 30, overlap_limit=None)], "node-a")
+    result = runs.claim(database, [Due("sync", NEXT, 30, overlap_limit=None)], "node-b")
+    assert len(result.won) == 1
+
+
+def test_queue_holds_one_waiting_period_and_starts_it_after_the_first(database: Database) -> None:
+    (first,) = runs.claim(database, [Due("sync", PERIOD, 30, overlap_limit=2)], "node-a").won
+    assert runs.start(database, first, after_earlier=True) is Start.STARTED
+    (waiting,) = runs.claim(database, [Due("sync", NEXT, 30, overlap_limit=2)], "node-b").won
+    assert runs.claim(database, [Due("sync", AFTER, 30, overlap_limit=2)], "node-c").skipped
+    assert runs.start(database, waiting, after_earlier=True) is Start.WAIT
+    runs.finish(database, first, RunStatus.SUCCEEDED, 10)
+    assert runs.start(database, waiting, after_earlier=True) is Start.STARTED
+
+
+def test_an_expired_run_is_retaken_once_and_the_late_writer_refused(database: Database) -> None:
+    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    runs.start(database, claim)
+    assert runs.find_stale(database, ["sync"], 10) == []
+    _expire(database, claim.id)
+    (stale,) = runs.find_stale(database, ["sync"], 10)
+    assert stale.expired
+    retaken = runs.retake(database, stale, "node-b")
+    assert retaken is not None
+    assert (retaken.attempt, retaken.holder) == (2, "node-b")
+    assert runs.retake(database, stale, "node-c") is None, "a stale read must not win twice"
+    # The old holder comes back and tries to record its outcome: refused.
+    assert not runs.finish(database, claim, RunStatus.SUCCEEDED, 5)
+    assert runs.renew_leases(database, [claim]) == set()
+    assert runs.start(database, retaken) is Start.STARTED
+    assert runs.finish(database, retaken, RunStatus.SUCCEEDED, 7)
+    row = runs.get(database, "sync", PERIOD)
+    assert row is not None
+    assert (row["status"], row["attempt"], row["holder"]) == (RunStatus.SUCCEEDED, 2, "node-b")
+    (dead,) = _attempt_rows(database, claim.id)
+    assert (dead["attempt"], dead["status"], dead["reason"], dead["node"]) == (
+        1,
+        RunStatus.ABANDONED,
+        Reason.LEASE_EXPIRED,
+        "node-a",
+    )
+
+
+def test_a_failed_run_waits_for_its_retry_time(database: Database) -> None:
+    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    runs.start(database, claim)
+    failure = Failure("builtins.ValueError", "bad row 7", "Traceback …")
+    runs.finish(database, claim, RunStatus.FAILED, 3, failure=failure, retry_in=0.3)
+    assert runs.find_stale(database, ["sync"], 10) == []
+    waited = runs.seconds_until_recovery(database, ["sync"])
+    assert waited is not None
+    assert 0 < waited <= 0.3
+    time.sleep(waited + 0.05)
+    (stale,) = runs.find_stale(database, ["sync"], 10)
+    assert not stale.expired
+    retry = runs.retake(database, stale, "node-b", Origin.SCHEDULE)
+    assert retry is not None
+    assert retry.attempt == 2
+    (first,) = _attempt_rows(database, claim.id)
+    assert (first["status"], first["error_message"], first["node"]) == (
+        RunStatus.FAILED,
+        "bad row 7",
+        "node-a",
+    )
+    row = runs.get(database, "sync", PERIOD)
+    assert row is not None
+    assert row["error_message"] is None
+    assert row["retry_at"] is None
+
+
+def test_giving_up_ends_an_expired_run_abandoned(database: Database) -> None:
+    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    _expire(database, claim.id)
+    (stale,) = runs.find_stale(database, ["sync"], 10)
+    assert runs.give_up(database, stale)
+    row = runs.get(database, "sync", PERIOD)
+    assert row is not None
+    assert (row["status"], row["reason"]) == (RunStatus.ABANDONED, Reason.LEASE_EXPIRED)
+    assert runs.find_stale(database, ["sync"], 10) == []
+
+
+def test_lock_keys_are_stable() -> None:
+    assert runs.job_lock_key("billing") == runs.job_lock_key("billing")
+    assert runs.job_lock_key("billing") != runs.job_lock_key("billing2")
+    assert -(2**63) <= runs.job_lock_key("x") < 2**63
