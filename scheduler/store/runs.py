@@ -100,8 +100,9 @@ def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
         with database.transaction() as connection:
             if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
                 _lock_jobs(connection, {item.job for item in chunk})
-            for group in _statement_groups(database, chunk):
-                _insert_claims(database, connection, group, holder, result)
+            for batch in _rounds(chunk):
+                for group in _statement_groups(database, batch):
+                    _insert_claims(database, connection, group, holder, result)
     return result
 
 
@@ -117,6 +118,21 @@ def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
         jobs.add(item.job)
     if chunk:
         yield chunk
+
+
+def _rounds(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """Round k holds the k-th oldest period of each job, so a later round's overlap check
+    sees the rows of earlier rounds: one statement cannot see its own inserts.
+
+    Normally every job has one period due and there is a single round; several come
+    only from a backlog (the database was unreachable for a while).
+    """
+    by_job: dict[str, list[Due]] = {}
+    for item in due:
+        by_job.setdefault(item.job, []).append(item)
+    depth = max(len(items) for items in by_job.values())
+    for index in range(depth):
+        yield [items[index] for items in by_job.values() if index < len(items)]
 
 
 def _lock_jobs(connection: Connection, jobs: set[str]) -> None:

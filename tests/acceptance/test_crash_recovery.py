@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 import psycopg
@@ -16,6 +18,7 @@ from scheduler.store.database import open_database
 from scheduler.store.schema import attempts
 from tests.acceptance.processes import Node, start_node
 from tests.acceptance.records import run_rows
+from tests.acceptance.tcp_proxy import Proxy
 
 pytestmark = pytest.mark.slow
 LEASE_S = 3
@@ -161,3 +164,44 @@ def test_terminated_connections_do_not_stop_the_daemon(tmp_path: Path, postgres_
         if row["period"].timestamp() > terminated_at + 1 and row["status"] == RunStatus.SUCCEEDED
     ]
     assert len(later) >= 3, "the schedule did not go on after the connections were killed"
+
+
+def test_a_database_that_refuses_connections_for_a_while(tmp_path: Path, postgres_url: str) -> None:
+    """The database goes away mid-run and comes back: the node waits, reconnects, goes on."""
+    proxy = Proxy(target_port=5432)
+    proxy.start()
+    base, _, name = postgres_url.rpartition("/")
+    proxied_url = f"{base.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}/{name}"
+    log = tmp_path / "executions.txt"
+    node = start_node(
+        tmp_path, "patient", proxied_url, "long,ticker", EXECUTION_LOG=str(log), LONG_SECONDS="3"
+    )
+    try:
+        started = node.wait_for(
+            lambda event: event.get("event") == "run_started" and event.get("job") == "long"
+        )
+        proxy.cut()
+        cut_at = time.time()
+        node.wait_for(lambda event: event.get("event") == "database_unavailable", timeout=15)
+        time.sleep(2)
+        proxy.start()
+        node.wait_for(
+            lambda event: (
+                event.get("event") == "run_succeeded"
+                and event.get("job") == "tick"
+                and event.get("period", "") > datetime.fromtimestamp(cut_at + 2, UTC).isoformat()
+            ),
+            timeout=20,
+        )
+        assert node.process.poll() is None
+    finally:
+        assert node.stop() == 0
+        proxy.cut()
+    row = next(row for row in run_rows(postgres_url, "long") if row["id"] == started["run_id"])
+    assert row["status"] == RunStatus.SUCCEEDED
+    ran = sorted(
+        (row["started_at"], row["finished_at"])
+        for row in run_rows(postgres_url, "long")
+        if row["status"] == RunStatus.SUCCEEDED
+    )
+    assert all(start >= end for (_, end), (start, _) in pairwise(ran)), "two periods overlapped"

@@ -137,3 +137,11 @@ def test_lock_keys_are_stable() -> None:
     assert runs.job_lock_key("billing") == runs.job_lock_key("billing")
     assert runs.job_lock_key("billing") != runs.job_lock_key("billing2")
     assert -(2**63) <= runs.job_lock_key("x") < 2**63
+
+
+def test_a_backlog_of_one_job_claims_only_one_period(database: Database) -> None:
+    """Periods that piled up while the database was away must not all start at once."""
+    backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(4)]
+    result = runs.claim(database, backlog, "node-a")
+    assert [claim.period for claim in result.won] == [PERIOD]
+    assert len(result.skipped) == 3
