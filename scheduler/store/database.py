@@ -119,7 +119,14 @@ def open_database(raw_url: str, *, must_exist: bool = True, pool_size: int = 10)
             pool_size=pool_size,
             max_overflow=pool_size * 2,
             pool_recycle=1800,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "scheduler"},
+            connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "application_name": "scheduler",
+                # No server-side prepared statements: behind PgBouncer in transaction
+                # mode (before 1.21) the next transaction may land on a server
+                # connection where psycopg's prepared statement does not exist.
+                "prepare_threshold": None,
+            },
         )
     database = Database(engine)
     try:
