@@ -34,6 +34,8 @@ class JobRow:
     last_seen: datetime
     paused: bool
     paused_at: datetime | None
+    resumed_at: datetime | None
+    caught_up_to: datetime | None
     lease_seconds: float | None
     timeout_seconds: float | None
     retries: int | None

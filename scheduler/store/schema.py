@@ -95,6 +95,10 @@ jobs = Table(
     Column("last_seen", UTCDateTime(), nullable=False),
     Column("paused", Boolean, nullable=False, default=False),
     Column("paused_at", UTCDateTime()),
+    Column("resumed_at", UTCDateTime()),
+    # Every period up to here has a row (or was deliberately passed over): catch-up
+    # starts after it instead of re-reading history.
+    Column("caught_up_to", UTCDateTime()),
     # The policy as last registered, so read-only commands (`check`, views) need no code.
     Column("lease_seconds", Float),
     Column("timeout_seconds", Float),
