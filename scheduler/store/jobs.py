@@ -34,12 +34,12 @@ class JobRow:
     last_seen: datetime
     paused: bool
     paused_at: datetime | None
-    resumed_at: datetime | None
-    caught_up_to: datetime | None
     lease_seconds: float | None
     timeout_seconds: float | None
     retries: int | None
     alert_after_seconds: float | None
+    resumed_at: datetime | None = None
+    caught_up_to: datetime | None = None
 
 
 _POLICY_COLUMNS = (
