@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from scheduler import catalog, logs
+from scheduler import http as operations_http
 from scheduler.config import (
     DEFAULT_DATABASE_URL,
     DEFAULT_GRACE,
@@ -161,6 +162,13 @@ def _prepare(
     show_envvar=True,
     help="Apply pending migrations before starting.",
 )
+@click.option(
+    "--http",
+    envvar="SCHEDULER_HTTP",
+    default=None,
+    show_envvar=True,
+    help="Serve /healthz, /readyz and /metrics on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
+)
 def run(
     *,
     database_url: str,
@@ -172,8 +180,10 @@ def run(
     workers: int,
     recovery_interval: str,
     migrate_first: bool,
+    http: str | None,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
+    server = operations_http.bind(http)  # a busy port is refused before anything is written
     settings = DaemonSettings(
         workers=workers,
         grace=parse_option_duration("--grace", grace),
@@ -185,6 +195,8 @@ def run(
     catalog.register(database, jobs)
     daemon = Daemon(database, jobs, node_identity(node_name), settings)
     _install_signal_handlers(daemon.request_stop)
+    if server is not None:
+        server.start(database, daemon.keeper)
     abandoned = daemon.run()
     if abandoned:
         # Threads of abandoned jobs cannot be joined; their runs are already recorded.

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.exc import DBAPIError
 
+from scheduler import metrics
 from scheduler.clock import Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.keeper import Keeper
@@ -138,6 +139,7 @@ class Daemon:
             self._log.warning("claim_failed", error=first_line(error.orig), periods=len(due))
             return [item for item in due if now - item.period < LATE_LIMIT]
         self._report(due, result)
+        metrics.record_claims(len(due), result.won, result.skipped)
         for claim in result.won:
             self.dispatcher.submit(claim)
         return []

@@ -21,6 +21,7 @@ from typing import TypeVar
 import structlog
 from sqlalchemy.exc import DBAPIError
 
+from scheduler import metrics
 from scheduler.context import RunContext
 from scheduler.invoke import Outcome, invoke
 from scheduler.policy import Overlap, Policy
@@ -105,6 +106,7 @@ class Dispatcher:
             active = self._active.get(run_id)
         if active and not active.context.cancelled.is_set():
             active.context.log.warning("lease_lost")
+            metrics.record_lease_lost(active.claim.job)
             active.context.cancelled.set()
 
     def drain(self, grace: float) -> int:
@@ -129,6 +131,7 @@ class Dispatcher:
             )
             if self._persist(active.context.log, abandon, default=False):
                 active.context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
+                metrics.record_finish(active.claim.job, RunStatus.ABANDONED, None)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -144,6 +147,7 @@ class Dispatcher:
             log.warning("run_outcome_refused", stage="start")
             return
         log.info("run_started", origin=claim.origin.value)
+        metrics.record_start(claim.job, claim.period)
         began = time.monotonic()
         outcome = invoke(job, context, self._loop)
         duration_ms = round((time.monotonic() - began) * 1000)
@@ -183,7 +187,9 @@ class Dispatcher:
             log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
         elif outcome.status is RunStatus.SUCCEEDED:
             log.info("run_succeeded", duration_ms=duration_ms)
+            metrics.record_finish(claim.job, outcome.status, duration_ms)
         else:
+            metrics.record_finish(claim.job, outcome.status, duration_ms)
             assert outcome.failure is not None
             event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
             log.error(

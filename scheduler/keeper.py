@@ -44,6 +44,11 @@ class Keeper(threading.Thread):
         self.last_beat: float | None = None
         self.failure: BaseException | None = None
 
+    @property
+    def interval(self) -> float:
+        """Seconds between heartbeats; /readyz calls the node stale after three."""
+        return self._interval
+
     def run(self) -> None:
         try:
             while not self._stop.wait(self._interval):

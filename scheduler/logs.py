@@ -51,7 +51,11 @@ def configure(log_format: LogFormat, level: str) -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+            foreign_pre_chain=[
+                *shared,
+                structlog.stdlib.add_logger_name,  # which library spoke: "sqlalchemy.engine…"
+                structlog.stdlib.ExtraAdder(),
+            ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info if use_json else _identity,

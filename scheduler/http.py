@@ -1,0 +1,189 @@
+"""The operations endpoint of `scheduler run --http HOST:PORT`: /healthz, /readyz, /metrics.
+
+A small threaded server on a daemon thread; off unless asked for. It never writes:
+/readyz asks the database `SELECT 1`, checks the schema and the age of the node's
+last heartbeat; /metrics renders `scheduler.metrics.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import structlog
+from prometheus_client.exposition import choose_encoder
+from sqlalchemy.exc import SQLAlchemyError
+
+from scheduler import metrics
+from scheduler.errors import UserError
+from scheduler.store import migrate, queries
+from scheduler.store.database import Database, first_line
+
+# A heartbeat older than this many intervals makes the node unready.
+STALE_BEATS = 3
+_ADDRESS = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
+
+
+@dataclass(frozen=True)
+class HttpAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_address(raw: str) -> HttpAddress:
+    """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (every interface); port 0 picks a free one."""
+    match = _ADDRESS.match(raw.strip())
+    port = int(match["port"]) if match else -1
+    if not match or port > 65535:
+        raise UserError(f"--http: expected HOST:PORT such as 127.0.0.1:9464, got {raw!r}")
+    return HttpAddress(match["v6"] or match["host"] or "0.0.0.0", port)  # noqa: S104 - asked for
+
+
+class Heartbeat(Protocol):
+    """The node's heartbeat thread as /readyz sees it (`scheduler.keeper.Keeper`)."""
+
+    @property
+    def last_beat(self) -> float | None: ...
+
+    @property
+    def interval(self) -> float: ...
+
+
+class Readiness:
+    """Is this node fit to serve: database reachable, schema current, heartbeat fresh."""
+
+    def __init__(self, database: Database, heartbeat: Heartbeat) -> None:
+        self._database = database
+        self._heartbeat = heartbeat
+        self._since = time.monotonic()
+        self._was_ready: bool | None = None
+        self._lock = threading.Lock()
+        self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler")
+
+    def checks(self) -> dict[str, str]:
+        """Each check's verdict: "ok" or why not."""
+        verdicts = {"database": "ok", "schema": "ok", "heartbeat": self._heartbeat_verdict()}
+        try:
+            queries.probe(self._database)
+        except (SQLAlchemyError, UserError) as error:
+            verdicts["database"] = first_line(error)
+            verdicts["schema"] = "not checked: no database"
+            return self._note(verdicts)
+        try:
+            migrate.require_current_schema(self._database)
+        except (SQLAlchemyError, UserError) as error:
+            verdicts["schema"] = first_line(error)
+        return self._note(verdicts)
+
+    def _heartbeat_verdict(self) -> str:
+        last = self._heartbeat.last_beat
+        age = time.monotonic() - (self._since if last is None else last)
+        limit = STALE_BEATS * self._heartbeat.interval
+        if age < limit:
+            return "ok"
+        return f"no heartbeat written for {age:.1f}s (limit {limit:g}s)"
+
+    def _note(self, verdicts: dict[str, str]) -> dict[str, str]:
+        """Log when readiness flips, not on every probe."""
+        ready = all(verdict == "ok" for verdict in verdicts.values())
+        with self._lock:
+            changed, self._was_ready = ready != self._was_ready, ready
+        if changed and ready:
+            self._log.info("node_ready")
+        elif changed:
+            failing = {name: verdict for name, verdict in verdicts.items() if verdict != "ok"}
+            self._log.warning("node_unready", failing=failing)
+        return verdicts
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    readiness: Readiness | None = None
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "scheduler"
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/healthz":
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/readyz":
+            self._ready()
+        elif path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(HTTPStatus.OK, encoder(metrics.REGISTRY), content_type)
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"try /healthz, /readyz or /metrics\n", "text/plain")
+
+    def _ready(self) -> None:
+        readiness = self.server.readiness
+        verdicts = readiness.checks() if readiness else {"node": "starting"}
+        ready = all(verdict == "ok" for verdict in verdicts.values())
+        body = json.dumps({"ready": ready, "checks": verdicts}).encode() + b"\n"
+        status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+        self._send(status, body, "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Probes arrive every few seconds; their access lines would drown the job events."""
+
+
+class OperationsServer:
+    """Bound early (a busy port is a user error before anything is written), served later."""
+
+    def __init__(self, address: HttpAddress) -> None:
+        try:
+            kind = _Server6 if ":" in address.host else _Server
+            self._server = kind((address.host, address.port), _Handler)
+        except OSError as error:
+            raise UserError(f"--http: cannot listen on {address}: {error.strerror}") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+
+    @property
+    def address(self) -> HttpAddress:
+        host, port = self._server.server_address[:2]
+        return HttpAddress(str(host), int(port))
+
+    def start(self, database: Database, heartbeat: Heartbeat) -> None:
+        self._server.readiness = Readiness(database, heartbeat)
+        metrics.watch(database)
+        self._thread.start()
+        address = self.address
+        structlog.stdlib.get_logger("scheduler").info(
+            "http_listening", host=address.host, port=address.port
+        )
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+
+def bind(raw: str | None) -> OperationsServer | None:
+    """The server `--http` asks for, bound but not serving yet; None when it is off."""
+    return OperationsServer(parse_address(raw)) if raw else None

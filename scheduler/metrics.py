@@ -1,0 +1,160 @@
+"""Prometheus metrics: what this node did (counters, histograms) and what the database says
+(overdue jobs, last success), served on `/metrics` by `scheduler.http`.
+
+The daemon calls the `record_*` functions at the moment something happens; they
+cost a dictionary look-up and are safe from any thread. The database-derived gauges
+are read at scrape time, so every node shows the whole cluster's view of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+from sqlalchemy.exc import SQLAlchemyError
+
+from scheduler import check
+from scheduler.errors import UserError
+from scheduler.states import Origin, RunStatus
+from scheduler.store import queries
+from scheduler.store.database import Database, first_line
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+RUNS = Counter(
+    "scheduler_runs",
+    "Attempts this node brought to an outcome, by job and status "
+    "(succeeded, failed, timed_out, abandoned; skipped when it recorded an overlap skip).",
+    ["job", "status"],
+    registry=REGISTRY,
+)
+RUN_DURATION = Histogram(
+    "scheduler_run_duration_seconds",
+    "How long the job function ran, per attempt.",
+    ["job"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600),
+    registry=REGISTRY,
+)
+START_LAG = Histogram(
+    "scheduler_run_start_lag_seconds",
+    "Start minus period: how late an attempt began (jitter, retries and catch-up included).",
+    ["job"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+    registry=REGISTRY,
+)
+CLAIMS = Counter(
+    "scheduler_claims",
+    "Periods this node tried to claim: won (the row is ours) or lost (another node has it).",
+    ["result"],
+    registry=REGISTRY,
+)
+CATCHUP_CLAIMS = Counter(
+    "scheduler_catchup_claims",
+    "Periods this node claimed through catch-up (they should have run while no node did).",
+    ["job"],
+    registry=REGISTRY,
+)
+LEASES_LOST = Counter(
+    "scheduler_leases_lost",
+    "Runs this node stopped treating as its own because their lease could not be renewed.",
+    ["job"],
+    registry=REGISTRY,
+)
+
+
+class Claimed(Protocol):
+    """A won or skipped claim, as the store returns it."""
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def origin(self) -> Origin: ...
+
+
+def record_claims(attempted: int, won: Sequence[Claimed], skipped: Sequence[Claimed]) -> None:
+    """One claim batch: `attempted` periods, of which `won` run here and `skipped` were
+    recorded here as skipped; the rest were lost to other nodes."""
+    CLAIMS.labels("won").inc(len(won) + len(skipped))
+    CLAIMS.labels("lost").inc(attempted - len(won) - len(skipped))
+    for claim in won:
+        if claim.origin == Origin.CATCHUP:
+            CATCHUP_CLAIMS.labels(claim.job).inc()
+    for claim in skipped:
+        RUNS.labels(claim.job, RunStatus.SKIPPED.value).inc()
+
+
+def record_start(job: str, period: datetime) -> None:
+    START_LAG.labels(job).observe(max(0.0, (datetime.now(UTC) - period).total_seconds()))
+
+
+def record_finish(job: str, status: str, duration_ms: int | None) -> None:
+    """An attempt's outcome, once the database accepted it."""
+    RUNS.labels(job, str(status)).inc()
+    if duration_ms is not None:
+        RUN_DURATION.labels(job).observe(duration_ms / 1000)
+
+
+def record_lease_lost(job: str) -> None:
+    LEASES_LOST.labels(job).inc()
+
+
+class DatabaseCollector(Collector):
+    """Gauges read from the database at scrape time: the same answers as `scheduler check`."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler")
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # no database round trip when registering
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            report = check.gather(self._database, window=timedelta(0))
+            successes = queries.last_successes(self._database)
+        except (SQLAlchemyError, UserError) as error:
+            self._log.warning("metrics_unavailable", error=first_line(error))
+            return []
+        overdue = GaugeMetricFamily(
+            "scheduler_overdue_jobs",
+            "Jobs whose latest expected period has not succeeded within its grace "
+            "(as `scheduler check` counts them).",
+            value=report.overdue_jobs,
+        )
+        last = GaugeMetricFamily(
+            "scheduler_last_success_timestamp_seconds",
+            "When a run of the job last finished successfully, on any node (Unix time).",
+            labels=["job"],
+        )
+        for job, success in sorted(successes.items()):
+            if success.finished_at is not None:
+                last.add_metric([job], success.finished_at.timestamp())
+        return [overdue, last]
+
+
+_watching: list[DatabaseCollector] = []
+
+
+def watch(database: Database) -> None:
+    """Serve the database-derived gauges from `database` (replacing an earlier one)."""
+    unwatch()
+    collector = DatabaseCollector(database)
+    REGISTRY.register(collector)
+    _watching.append(collector)
+
+
+def unwatch() -> None:
+    while _watching:
+        REGISTRY.unregister(_watching.pop())

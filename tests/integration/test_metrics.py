@@ -1,0 +1,96 @@
+"""The metric functions and the database-derived gauges, read back through the exposition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine
+
+from scheduler import metrics
+from scheduler.states import Origin
+from scheduler.store.database import Database
+from tests.integration import seed
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples() -> Samples:
+    text = generate_latest(metrics.REGISTRY).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@dataclass(frozen=True)
+class Claimed:
+    job: str
+    origin: Origin = Origin.SCHEDULE
+
+
+@pytest.fixture
+def watched(database: Database) -> Iterator[Database]:
+    metrics.watch(database)
+    yield database
+    metrics.unwatch()
+
+
+def test_what_a_node_does_is_counted() -> None:
+    before = samples()
+    metrics.record_claims(5, [Claimed("m-a"), Claimed("m-a", Origin.CATCHUP)], [Claimed("m-b")])
+    metrics.record_start("m-a", datetime.now(UTC) - timedelta(seconds=2))
+    metrics.record_finish("m-a", "succeeded", 1500)
+    metrics.record_finish("m-a", "abandoned", None)
+    metrics.record_lease_lost("m-a")
+    after = samples()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert grew("scheduler_claims_total", result="won") == 3
+    assert grew("scheduler_claims_total", result="lost") == 2
+    assert grew("scheduler_catchup_claims_total", job="m-a") == 1
+    assert grew("scheduler_runs_total", job="m-b", status="skipped") == 1
+    assert grew("scheduler_runs_total", job="m-a", status="succeeded") == 1
+    assert grew("scheduler_runs_total", job="m-a", status="abandoned") == 1
+    assert grew("scheduler_run_duration_seconds_count", job="m-a") == 1
+    assert grew("scheduler_run_duration_seconds_sum", job="m-a") == pytest.approx(1.5)
+    assert 2 <= grew("scheduler_run_start_lag_seconds_sum", job="m-a") < 3
+    assert grew("scheduler_leases_lost_total", job="m-a") == 1
+
+
+def test_overdue_and_last_success_gauges_read_the_database(watched: Database) -> None:
+    new_year = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    long_ago = new_year - timedelta(days=400)
+    seed.add_job(watched, "late", "0 0 1 1 *", first_seen=long_ago)
+    seed.add_job(watched, "fine", "0 0 1 1 *", first_seen=long_ago)
+    finished = new_year + timedelta(seconds=3, microseconds=500)
+    seed.add_run(watched, "fine", new_year, "succeeded", finished_at=finished)
+    seed.add_run(watched, "late", new_year, "failed", finished_at=finished)
+    found = samples()
+    assert found[("scheduler_overdue_jobs", ())] == 1
+    assert found[("scheduler_last_success_timestamp_seconds", (("job", "fine"),))] == (
+        pytest.approx(finished.timestamp())
+    )
+    assert ("scheduler_last_success_timestamp_seconds", (("job", "late"),)) not in found
+
+
+def test_the_gauges_are_left_out_while_the_database_is_away() -> None:
+    engine = create_engine(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 1}
+    )
+    metrics.watch(Database(engine))
+    try:
+        found = samples()
+    finally:
+        metrics.unwatch()
+        engine.dispose()
+    assert ("scheduler_overdue_jobs", ()) not in found
+    assert ("process_cpu_seconds_total", ()) in found
