@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.check import Report, alive
+from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
+from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
 from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
@@ -347,5 +348,6 @@ def check_text(record: Record, window: str) -> str:
     else:
         lines.append(f"ok: {jobs}, nothing overdue, failed or missed in the last {window}")
     if record["nodes_alive"] == 0:
-        lines.append("note: no node is alive (no heartbeat in the last 30s)")
+        silent = format_duration(NODE_SILENT_AFTER)
+        lines.append(f"note: no node is alive (no heartbeat in the last {silent})")
     return "\n".join(lines)
