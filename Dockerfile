@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+# The scheduler daemon as an image. Build: docker build -t scheduler:0.1.0 .
+# Run:  docker run -e SCHEDULER_DATABASE_URL=postgresql://user:password@host/db scheduler:0.1.0
+# Job modules are imported from /app: the example jobs are baked in at /app/jobs;
+# mount your own package there (or at /app/<package> with SCHEDULER_JOBS=<package>).
+# No secrets are baked in: pass the database URL at run time.
+
+# ---- build: the pinned dependencies and the project's wheel in a virtual environment
+FROM python:3.13-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY requirements-build.lock requirements.lock ./
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python -m venv /opt/build \
+    && /opt/build/bin/pip install --require-hashes --only-binary :all: -r requirements-build.lock \
+    && python -m venv /opt/scheduler \
+    && /opt/scheduler/bin/pip install --require-hashes --only-binary :all: -r requirements.lock
+COPY pyproject.toml README.md ./
+COPY scheduler/ scheduler/
+COPY migrations/ migrations/
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /src/dist . \
+    && /opt/scheduler/bin/pip install --no-deps --no-index /src/dist/scheduler-*.whl \
+    && /opt/scheduler/bin/pip check
+
+# ---- runtime: the virtual environment, the job modules, a non-root user
+FROM python:3.13-slim AS runtime
+LABEL org.opencontainers.image.title="scheduler" \
+      org.opencontainers.image.description="Runs each period of each cron job at most once across replicas." \
+      org.opencontainers.image.licenses="MIT"
+RUN groupadd --system --gid 10001 scheduler \
+    && useradd --system --uid 10001 --gid scheduler --home-dir /var/lib/scheduler \
+        --no-create-home --shell /usr/sbin/nologin scheduler \
+    && install --directory --owner=scheduler --group=scheduler --mode=0750 /var/lib/scheduler
+COPY --from=build /opt/scheduler /opt/scheduler
+WORKDIR /app
+COPY jobs/ /app/jobs/
+# SQLite in /var/lib/scheduler is the fallback for a single container; replicas
+# share PostgreSQL through SCHEDULER_DATABASE_URL given at run time.
+ENV PATH="/opt/scheduler/bin:${PATH}" \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONPATH=/app \
+    SCHEDULER_JOBS=jobs \
+    SCHEDULER_DATABASE_URL=sqlite:////var/lib/scheduler/scheduler.db \
+    SCHEDULER_LOG_FORMAT=json \
+    SCHEDULER_HTTP=0.0.0.0:9464
+USER 10001:10001
+EXPOSE 9464
+# The daemon's own /healthz, on the port SCHEDULER_HTTP names (no curl in a slim image).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('SCHEDULER_HTTP', '127.0.0.1:9464').rpartition(':')[2]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
+ENTRYPOINT ["scheduler"]
+CMD ["run"]

@@ -1,0 +1,183 @@
+"""Two real nodes through PgBouncer in transaction pooling mode: no period runs twice and
+overlap protection holds, although consecutive transactions of one client land on
+different server connections (Debian's pgbouncer, started here on a free loopback port)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from scheduler.states import Reason, RunStatus
+from tests.acceptance.processes import Node, run_command, start_node
+from tests.acceptance.records import missing_seconds, run_rows
+from tests.databases import POSTGRES_ADMIN_URL
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+SECONDS = 14
+# Fewer server connections than the nodes' clients, so that they must share them.
+POOL_SIZE = 3
+
+
+def _pgbouncer() -> str:
+    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+    if found:
+        return found
+    message = "pgbouncer is not installed; scripts/ensure-pgbouncer installs Debian's package"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _config(folder: Path, port: int) -> Path:
+    server = make_url(POSTGRES_ADMIN_URL)
+    user = server.username or "postgres"
+    (folder / "users.txt").write_text(f'"{user}" "{server.password or ""}"\n')
+    config = folder / "pgbouncer.ini"
+    config.write_text(
+        "[databases]\n"
+        f"* = host={server.host or '127.0.0.1'} port={server.port or 5432}\n"
+        "[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\n"
+        f"listen_port = {port}\n"
+        "unix_socket_dir =\n"
+        f"auth_type = {'md5' if server.password else 'trust'}\n"
+        f"auth_file = {folder / 'users.txt'}\n"
+        "pool_mode = transaction\n"
+        f"default_pool_size = {POOL_SIZE}\n"
+        "max_client_conn = 200\n"
+        "server_check_delay = 0\n"
+    )
+    for path in (folder, *folder.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return config
+
+
+def _wait_until_it_answers(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"pgbouncer exited: {log.read_text()}", pytrace=False)
+        try:
+            psycopg.connect(url, connect_timeout=2).close()
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+        else:
+            return
+    pytest.fail(f"pgbouncer did not answer: {log.read_text()}", pytrace=False)
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[str]:
+    """A PgBouncer of this test's own in front of the test PostgreSQL; yields its base URL.
+
+    Its folder lies outside pytest's private tmp, because pgbouncer refuses to run as
+    root and, when we are root, drops to `nobody`, who must be able to read it."""
+    binary = _pgbouncer()
+    port = _free_port()
+    folder = Path(tempfile.mkdtemp(prefix="scheduler-pgbouncer-"))
+    log = folder / "pgbouncer.log"
+    command = [binary, str(_config(folder, port))]
+    if os.geteuid() == 0:
+        command[1:1] = ["-u", "nobody"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        base = make_url(POSTGRES_ADMIN_URL).set(host="127.0.0.1", port=port)
+        url = base.render_as_string(hide_password=False)
+        _wait_until_it_answers(url, process, log)
+        yield url.rpartition("/")[0]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _through(pgbouncer: str, database_url: str) -> str:
+    return f"{pgbouncer}/{database_url.rpartition('/')[2]}"
+
+
+def test_two_nodes_through_transaction_pooling_run_each_period_once(
+    tmp_path: Path, pgbouncer: str, empty_postgres_url: str
+) -> None:
+    url = _through(pgbouncer, empty_postgres_url)
+    migrated = run_command(["migrate", "--database-url", url, "--log-format", "json"], tmp_path)
+    assert migrated.returncode == 0, migrated.stderr + migrated.stdout
+
+    execution_log = tmp_path / "executions.txt"
+    nodes = [
+        start_node(
+            tmp_path,
+            f"pooled{n}",
+            url,
+            "ticker,sleeper",
+            EXECUTION_LOG=str(execution_log),
+            SLEEP_SECONDS="2.5",
+        )
+        for n in range(2)
+    ]
+    _run_for(nodes, SECONDS)
+
+    ticks = run_rows(empty_postgres_url, "tick")
+    ran = Counter(
+        line.split()[0]
+        for line in execution_log.read_text().splitlines()
+        if not line.endswith(" done")
+    )
+    assert len(ticks) >= SECONDS - 3
+    assert [period for period, times in ran.items() if times > 1] == [], "a period ran twice"
+    assert sorted(ran) == sorted(row["period"].isoformat() for row in ticks)
+    assert missing_seconds([row["period"] for row in ticks]) == []
+    assert {row["status"] for row in ticks} == {RunStatus.SUCCEEDED}
+
+    _assert_no_overlap(run_rows(empty_postgres_url, "sleeper"))
+    for node in nodes:
+        text = node.log_path.read_text()
+        for trouble in ("prepared statement", "claim_failed", "database_unavailable", "Traceback"):
+            assert trouble not in text, f"{node.log_path.name}: {trouble}\n{text[-3000:]}"
+
+
+def _run_for(nodes: list[Node], seconds: float) -> None:
+    try:
+        for node in nodes:
+            node.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(seconds)
+    finally:
+        codes = [node.stop() for node in nodes]
+    assert codes == [0] * len(nodes), [node.log_path.read_text()[-2000:] for node in nodes]
+
+
+def _assert_no_overlap(rows: list[dict[str, Any]]) -> None:
+    """The 2.5 s sleeper fires every second on two nodes: never two runs at once, and the
+    periods that met a running one are recorded as skipped with reason overlap."""
+    ran = sorted(
+        (row["started_at"], row["finished_at"])
+        for row in rows
+        if row["status"] == RunStatus.SUCCEEDED
+    )
+    skipped = [row for row in rows if row["status"] == RunStatus.SKIPPED]
+    assert len(ran) >= 3
+    for (_, finished), (started, _) in itertools.pairwise(ran):
+        assert started >= finished, f"two sleeper runs overlapped: {ran}"
+    assert len(skipped) >= len(ran)
+    assert {row["reason"] for row in skipped} == {Reason.OVERLAP}
