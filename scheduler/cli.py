@@ -18,6 +18,7 @@ import click
 from scheduler import catalog, logs
 from scheduler import http as operations_http
 from scheduler.config import (
+    DEFAULT_CATCHUP_INTERVAL,
     DEFAULT_DATABASE_URL,
     DEFAULT_GRACE,
     DEFAULT_JOBS,
@@ -154,6 +155,14 @@ def _prepare(
     help="Longest pause between passes that retake expired and failed runs.",
 )
 @click.option(
+    "--catchup-interval",
+    envvar="SCHEDULER_CATCHUP_INTERVAL",
+    default=DEFAULT_CATCHUP_INTERVAL,
+    show_default=True,
+    show_envvar=True,
+    help="How often to look for periods missed while no node ran (also at start).",
+)
+@click.option(
     "--migrate/--no-migrate",
     "migrate_first",
     envvar="SCHEDULER_MIGRATE",
@@ -179,6 +188,7 @@ def run(
     grace: str,
     workers: int,
     recovery_interval: str,
+    catchup_interval: str,
     migrate_first: bool,
     http: str | None,
 ) -> None:
@@ -188,6 +198,7 @@ def run(
         workers=workers,
         grace=parse_option_duration("--grace", grace),
         recovery_interval=parse_option_duration("--recovery-interval", recovery_interval),
+        catchup_interval=parse_option_duration("--catchup-interval", catchup_interval),
     )
     database, jobs = _prepare(
         database_url, jobs_modules, log_format, log_level, migrate_first=migrate_first

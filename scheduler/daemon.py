@@ -16,6 +16,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError
 
 from scheduler import metrics
+from scheduler.backlog import CatchUp, CatchUpLoop
 from scheduler.clock import Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.keeper import Keeper
@@ -30,6 +31,7 @@ from scheduler.timeline import Timeline
 
 DEFAULT_HEARTBEAT = timedelta(seconds=10)
 DEFAULT_RECOVERY_INTERVAL = timedelta(seconds=1)
+DEFAULT_CATCHUP_INTERVAL = timedelta(seconds=60)
 CLAIM_RETRY_S = 1.0
 # Periods this node could not claim for this long (database down) are left to catch-up.
 LATE_LIMIT = timedelta(minutes=5)
@@ -41,6 +43,7 @@ class DaemonSettings:
     workers: int
     grace: timedelta
     recovery_interval: timedelta = DEFAULT_RECOVERY_INTERVAL
+    catchup_interval: timedelta = DEFAULT_CATCHUP_INTERVAL
 
 
 def due_for(job: Job, period: datetime) -> Due:
@@ -90,6 +93,13 @@ class Daemon:
             stop=self._stop,
             log=self._log,
         )
+        self._catch_up = CatchUpLoop(
+            catch_up=CatchUp(database, jobs, node.id, self.dispatcher.submit, self._log),
+            clock=self._clock,
+            interval=settings.catchup_interval,
+            stop=self._stop,
+            log=self._log,
+        )
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -107,6 +117,7 @@ class Daemon:
         )
         self.keeper.start()
         self._recovery.start()
+        self._catch_up.start()
         try:
             self._loop()
         finally:
@@ -159,7 +170,7 @@ class Daemon:
                 job=claim.job,
                 period=claim.period.isoformat(),
                 run_id=claim.id,
-                reason="overlap",
+                reason=result.reasons[claim.id].value,
             )
         taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
         for item in due:
@@ -178,7 +189,7 @@ class Daemon:
         except DBAPIError as error:
             self._log.warning("node_stop_unrecorded", error=first_line(error.orig))
         self._log.info("node_stopped", abandoned=abandoned)
-        for side in (self.keeper, self._recovery):
+        for side in (self.keeper, self._recovery, self._catch_up):
             if side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned

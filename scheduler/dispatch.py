@@ -8,13 +8,14 @@ faults until it lands or is refused by the fence.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
@@ -42,7 +43,10 @@ T = TypeVar("T")
 class ActiveRun:
     claim: Claim
     context: RunContext
+    # Resolves when the run is over, whether it ran here or was abandoned.
     future: Future[None]
+    ordered: bool
+    launched: bool = False
 
 
 def retry_delay(policy: Policy, attempt: int) -> float:
@@ -67,7 +71,12 @@ class Dispatcher:
         self._log = log
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
         self._active: dict[str, ActiveRun] = {}
+        # Jobs whose overlap policy is not `allow` run one period at a time on a node,
+        # oldest first; their later claims (a catch-up backlog, retries) wait here.
+        self._busy: set[str] = set()
+        self._waiting: dict[str, list[tuple[datetime, str]]] = {}
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._closing = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         if any(job.is_async for job in jobs.values()):
@@ -90,11 +99,42 @@ class Dispatcher:
             origin=claim.origin,
             log=log,
         )
+        ordered = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
+        active = ActiveRun(claim, context, Future(), ordered)
         with self._lock:
-            future = self._pool.submit(self._execute, claim, context)
-            self._active[claim.id] = ActiveRun(claim, context, future)
-        future.add_done_callback(lambda _: self._forget(claim.id))
-        return future
+            self._active[claim.id] = active
+            if ordered and claim.job in self._busy:
+                heapq.heappush(self._waiting.setdefault(claim.job, []), (claim.period, claim.id))
+            else:
+                if ordered:
+                    self._busy.add(claim.job)
+                self._launch(active)
+        return active.future
+
+    def _launch(self, active: ActiveRun) -> None:
+        active.launched = True
+        self._pool.submit(self._run, active)
+
+    def _run(self, active: ActiveRun) -> None:
+        handed_over = False
+        try:
+            handed_over = self._execute(active.claim, active.context)
+        finally:
+            if not handed_over:
+                self._done(active)
+
+    def _done(self, active: ActiveRun) -> None:
+        """Forget a finished run and start the next waiting period of its job, if any."""
+        job = active.claim.job
+        with self._lock:
+            self._active.pop(active.claim.id, None)
+            waiting = self._waiting.get(job)
+            if active.ordered and waiting and not self._stopping.is_set():
+                _, run_id = heapq.heappop(waiting)
+                self._launch(self._active[run_id])
+            elif active.ordered:
+                self._busy.discard(job)
+        active.future.set_result(None)
 
     def held(self) -> list[Claim]:
         with self._lock:
@@ -111,8 +151,9 @@ class Dispatcher:
 
     def drain(self, grace: float) -> int:
         """Wait up to `grace` seconds for running jobs; abandon the rest. Returns how many."""
+        self._stopping.set()
         with self._lock:
-            pending = [active.future for active in self._active.values()]
+            pending = [active.future for active in self._active.values() if active.launched]
         wait(pending, timeout=grace)
         self._closing.set()
         with self._lock:
@@ -137,25 +178,30 @@ class Dispatcher:
             self._loop.call_soon_threadsafe(self._loop.stop)
         return len(left)
 
-    def _forget(self, run_id: str) -> None:
-        with self._lock:
-            self._active.pop(run_id, None)
-
-    def _execute(self, claim: Claim, context: RunContext) -> None:
+    def _execute(self, claim: Claim, context: RunContext) -> bool:
+        """Run one claim to its end; True if it went back to wait behind an earlier period."""
         log, job = context.log, self._jobs[claim.job]
-        if not self._wait_and_start(claim, job, context):
+        started = self._wait_and_start(claim, job, context)
+        if started is None:
+            return True
+        if not started:
             log.warning("run_outcome_refused", stage="start")
-            return
+            return False
         log.info("run_started", origin=claim.origin.value)
         metrics.record_start(claim.job, claim.period)
         began = time.monotonic()
         outcome = invoke(job, context, self._loop)
         duration_ms = round((time.monotonic() - began) * 1000)
         self._record(claim, job, context, outcome, duration_ms)
+        return False
 
-    def _wait_and_start(self, claim: Claim, job: Job, context: RunContext) -> bool:
-        """Start now, or for overlap `queue` once the earlier period has ended."""
-        queued = job.policy.overlap is Overlap.QUEUE
+    def _wait_and_start(self, claim: Claim, job: Job, context: RunContext) -> bool | None:
+        """Start once no earlier period of the job is active, unless its overlap is `allow`.
+
+        None: an earlier period of the job arrived here meanwhile (say, retaken from a dead
+        node) and took this thread; this claim waits behind it instead of blocking it.
+        """
+        queued = job.policy.overlap is not Overlap.ALLOW
         while True:
             started = self._persist(
                 context.log,
@@ -164,8 +210,21 @@ class Dispatcher:
             )
             if started is not Start.WAIT:
                 return started is Start.STARTED
+            if self._give_way(claim):
+                return None
             if context.cancelled.wait(QUEUE_POLL_S):
                 return False
+
+    def _give_way(self, claim: Claim) -> bool:
+        """Swap a waiting claim for an earlier period of the same job waiting on this node."""
+        with self._lock:
+            waiting = self._waiting.get(claim.job)
+            if not waiting or waiting[0][0] >= claim.period or self._stopping.is_set():
+                return False
+            _, earlier = heapq.heapreplace(waiting, (claim.period, claim.id))
+            self._active[claim.id].launched = False
+            self._launch(self._active[earlier])
+            return True
 
     def _record(
         self, claim: Claim, job: Job, context: RunContext, outcome: Outcome, duration_ms: int

@@ -65,7 +65,7 @@ class OneShot:
         try:
             result = runs.claim(self.database, [due_for(self.job, chosen)], self.node.id)
             if result.skipped:
-                log.info("run_skipped", reason="overlap")
+                log.info("run_skipped", reason=result.reasons[result.skipped[0].id].value)
                 return SUCCESS
             if not result.won:
                 self._report_holder(log, chosen)

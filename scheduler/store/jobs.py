@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from scheduler.store.database import Database
 from scheduler.store.schema import jobs
@@ -73,3 +73,18 @@ def all_jobs(database: Database) -> list[JobRow]:
     with database.transaction() as connection:
         result = connection.execute(select(jobs).order_by(jobs.c.name))
         return [JobRow(**row._mapping) for row in result]
+
+
+def set_paused(database: Database, name: str, *, paused: bool) -> bool:
+    """Pause or resume a job for every node; False if the database has never seen it."""
+    now = database.now()
+    values = {"paused": True, "paused_at": now} if paused else {"paused": False, "resumed_at": now}
+    statement = (
+        update(jobs).where(jobs.c.name == name, jobs.c.paused.is_(not paused)).values(**values)
+    )
+    with database.transaction() as connection:
+        if connection.execute(statement).rowcount == 1:
+            return True
+        return (
+            connection.execute(select(jobs.c.name).where(jobs.c.name == name)).first() is not None
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
@@ -25,6 +25,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     text,
     update,
@@ -32,7 +33,7 @@ from sqlalchemy import (
 
 from scheduler.states import ACTIVE_STATUSES, Origin, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, runs
+from scheduler.store.schema import attempts, jobs, runs
 
 ACTIVE = [status.value for status in ACTIVE_STATUSES]
 # Statuses a run may leave again through `retry_at`.
@@ -74,6 +75,7 @@ class Claim:
 class ClaimResult:
     won: list[Claim]
     skipped: list[Claim]
+    reasons: dict[str, Reason] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,24 +186,29 @@ def _insert_claims(
             .scalar_subquery()
         )
         overlapping = others_active >= bindparam("overlap_limit")
+    # Pause lives in the database, so every node honours it from the next claim on.
+    paused = exists().where(jobs.c.name == bindparam("job"), jobs.c.paused.is_(True))
+    skipped = or_(paused, overlapping)
     statement = (
         database.insert(runs)
         .values(
             id=bindparam("id"),
             job=bindparam("job"),
             period=bindparam("period"),
-            status=case((overlapping, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
-            reason=case((overlapping, Reason.OVERLAP.value), else_=null()),
+            status=case((skipped, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
+            reason=case(
+                (paused, Reason.PAUSED.value), (overlapping, Reason.OVERLAP.value), else_=null()
+            ),
             origin=bindparam("origin"),
             attempt=1,
             holder=holder,
             lease_seconds=bindparam("lease_seconds"),
-            lease_expires_at=case((overlapping, null()), else_=expiry),
+            lease_expires_at=case((skipped, null()), else_=expiry),
             claimed_at=now,
-            finished_at=case((overlapping, now), else_=null()),
+            finished_at=case((skipped, now), else_=null()),
         )
         .on_conflict_do_nothing(index_elements=["job", "period"])
-        .returning(runs.c.id, runs.c.status)
+        .returning(runs.c.id, runs.c.status, runs.c.reason)
     )
     candidates = {uuid.uuid4().hex: item for item in due}
     parameters = [
@@ -216,10 +223,14 @@ def _insert_claims(
         }
         for run_id, item in candidates.items()
     ]
-    for run_id, status in connection.execute(statement, parameters):
+    for run_id, status, reason in connection.execute(statement, parameters):
         item = candidates[run_id]
         claimed = Claim(run_id, item.job, item.period, 1, holder, item.lease_seconds, item.origin)
-        (result.skipped if status == RunStatus.SKIPPED else result.won).append(claimed)
+        if status == RunStatus.SKIPPED:
+            result.skipped.append(claimed)
+            result.reasons[run_id] = Reason(reason)
+        else:
+            result.won.append(claimed)
 
 
 def _fenced(claim: Claim) -> ColumnElement[bool]:

@@ -10,4 +10,4 @@ from scheduler import RunContext
 
 def note(ctx: RunContext, what: str) -> None:
     with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
-        log.write(f"{ctx.period.isoformat()} {ctx.node} {ctx.attempt} {what}\n")
+        log.write(f"{ctx.period.isoformat()} {ctx.node} {ctx.attempt} {what} {ctx.job}\n")

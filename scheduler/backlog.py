@@ -1,0 +1,160 @@
+"""The catch-up loop: find the periods that passed with no run (every node was down) and
+hand them to the catch-up policy.
+
+Each job keeps a watermark: every period up to it has a row. A pass looks only past
+the watermark, reads the rows that exist there in one query, writes the plan in bulk
+(`INSERT … ON CONFLICT DO NOTHING`), and moves the watermark. Replicas doing the same
+pass at once meet on the primary key, so its cost does not grow with their number.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from itertools import islice
+
+import structlog
+from sqlalchemy.exc import DBAPIError
+
+from scheduler import catchup
+from scheduler.catchup import Pause
+from scheduler.clock import Clock
+from scheduler.registry import Job
+from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store import history
+from scheduler.store import jobs as job_rows
+from scheduler.store.database import Database, first_line
+from scheduler.store.history import Entry
+from scheduler.store.jobs import JobRow
+from scheduler.store.runs import Claim
+
+# Expected periods one pass looks at per job; a longer gap takes several passes.
+SCAN_LIMIT = 100_000
+
+
+def pause_of(row: JobRow) -> Pause | None:
+    if row.paused_at is None:
+        return None
+    if row.paused:
+        return Pause(row.paused_at, None)
+    if row.resumed_at is not None and row.resumed_at > row.paused_at:
+        return Pause(row.paused_at, row.resumed_at)
+    return None
+
+
+class CatchUp:
+    """One pass over every job; the loop below calls it at start and on an interval."""
+
+    def __init__(
+        self,
+        database: Database,
+        jobs: Mapping[str, Job],
+        node_id: str,
+        submit: Callable[[Claim], object],
+        log: structlog.stdlib.BoundLogger,
+    ) -> None:
+        self._database = database
+        self._jobs = jobs
+        self._node_id = node_id
+        self._submit = submit
+        self._log = log
+
+    def run_pass(self, now: datetime) -> bool:
+        """Handle every job once; True if some job has more history left to scan."""
+        more = False
+        for row in job_rows.all_jobs(self._database):
+            job = self._jobs.get(row.name)
+            if job is not None:
+                more |= self._job_pass(job, row, now)
+        return more
+
+    def _job_pass(self, job: Job, row: JobRow, now: datetime) -> bool:
+        policy = job.policy
+        start = row.caught_up_to or row.first_seen
+        # A jittered period is claimed after its jitter: until then it is not missing.
+        end = now - policy.jitter
+        expected = list(islice(job.schedule.periods_between(start, end), SCAN_LIMIT + 1))
+        scanned, more = expected[:SCAN_LIMIT], len(expected) > SCAN_LIMIT
+        if not scanned:
+            return False
+        existing = history.existing_periods(self._database, job.name, start, scanned[-1])
+        missing = [period for period in scanned if period not in existing]
+        plan = catchup.plan(missing, now, policy, pause_of(row))
+        won = self._write(job, plan)
+        through = plan.handled_through if plan.capped and plan.handled_through else scanned[-1]
+        history.advance_watermark(self._database, job.name, row.caught_up_to, through)
+        for claim in won:
+            self._submit(claim)
+        return more and not plan.capped
+
+    def _write(self, job: Job, plan: catchup.Plan) -> list[Claim]:
+        entries = (
+            [Entry(period, RunStatus.CLAIMED) for period in plan.run]
+            + [Entry(period, RunStatus.SKIPPED, reason) for period, reason in plan.skip]
+            + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in plan.missed]
+        )
+        if not entries:
+            return []
+        won = history.write(
+            self._database,
+            job.name,
+            entries,
+            holder=self._node_id,
+            lease_seconds=job.policy.lease.total_seconds(),
+            origin=Origin.CATCHUP,
+        )
+        log = self._log.bind(job=job.name)
+        if plan.missed:
+            log.warning(
+                "periods_missed",
+                count=len(plan.missed),
+                first=plan.missed[0].isoformat(),
+                last=plan.missed[-1].isoformat(),
+            )
+        if plan.skip:
+            log.info("periods_skipped", count=len(plan.skip), reason=plan.skip[0][1].value)
+        if won:
+            log.info(
+                "catchup_claimed",
+                count=len(won),
+                first=won[0].period.isoformat(),
+                last=won[-1].period.isoformat(),
+            )
+        return won
+
+
+class CatchUpLoop(threading.Thread):
+    """Runs a pass at start and every `interval`; supervised like the other side threads."""
+
+    def __init__(
+        self,
+        *,
+        catch_up: CatchUp,
+        clock: Clock,
+        interval: timedelta,
+        stop: threading.Event,
+        log: structlog.stdlib.BoundLogger,
+    ) -> None:
+        super().__init__(name="catchup", daemon=True)
+        self._catch_up = catch_up
+        self._clock = clock
+        self._interval = interval.total_seconds()
+        self._stop = stop
+        self._log = log
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            wait = 0.0
+            while not self._stop.wait(wait):
+                wait = self._interval
+                try:
+                    if self._catch_up.run_pass(self._clock.now()):
+                        wait = 0.0
+                except DBAPIError as error:
+                    self._log.warning("catchup_failed", error=first_line(error.orig))
+        except Exception as error:  # noqa: BLE001 - supervision: any crash stops the node
+            self.failure = error
+            self._log.exception("catchup_crashed")
+            self._stop.set()

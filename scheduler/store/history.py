@@ -1,0 +1,153 @@
+"""Filling in history: the periods a job already has rows for, rows written in bulk by
+catch-up and backfill, and the per-job catch-up watermark."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+
+from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store.database import Database
+from scheduler.store.runs import Claim, Stale
+from scheduler.store.schema import jobs, runs
+
+# One INSERT statement carries at most this many rows (SQLite's variable limit).
+ROWS_PER_STATEMENT = 2000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One period to write: claimed by this node to run, or recorded skipped or missed."""
+
+    period: datetime
+    status: RunStatus
+    reason: Reason | None = None
+
+
+def existing_periods(
+    database: Database, job: str, after: datetime, upto: datetime
+) -> set[datetime]:
+    """The periods in (after, upto] that already have a row."""
+    statement = select(runs.c.period).where(
+        runs.c.job == job, runs.c.period > after, runs.c.period <= upto
+    )
+    with database.transaction() as connection:
+        return set(connection.execute(statement).scalars())
+
+
+def write(
+    database: Database,
+    job: str,
+    entries: Sequence[Entry],
+    *,
+    holder: str,
+    lease_seconds: float,
+    origin: Origin,
+) -> list[Claim]:
+    """Insert the entries that have no row yet; return the claimed ones this node won."""
+    won: list[Claim] = []
+    claimed = [entry for entry in entries if entry.status is RunStatus.CLAIMED]
+    recorded = [entry for entry in entries if entry.status is not RunStatus.CLAIMED]
+    with database.transaction() as connection:
+        for start in range(0, len(recorded), ROWS_PER_STATEMENT):
+            chunk = recorded[start : start + ROWS_PER_STATEMENT]
+            connection.execute(
+                _insert(database, lease_expiry=None, holder=holder),
+                [_row(job, entry, origin, lease_seconds) for entry in chunk],
+            )
+        expiry = database.now_plus(
+            bindparam("lease_seconds") if database.is_postgres else lease_seconds
+        )
+        for start in range(0, len(claimed), ROWS_PER_STATEMENT):
+            chunk = claimed[start : start + ROWS_PER_STATEMENT]
+            rows = [_row(job, entry, origin, lease_seconds) for entry in chunk]
+            periods = {row["id"]: row["period"] for row in rows}
+            result = connection.execute(
+                _insert(database, lease_expiry=expiry, holder=holder).returning(runs.c.id), rows
+            )
+            won += [
+                Claim(run_id, job, periods[run_id], 1, holder, lease_seconds, origin)
+                for run_id in result.scalars()
+            ]
+    return sorted(won, key=lambda claim: claim.period)
+
+
+def _insert(database: Database, *, lease_expiry: Any, holder: str) -> Any:
+    now = database.now()
+    return (
+        database.insert(runs)
+        .values(
+            id=bindparam("id"),
+            job=bindparam("job"),
+            period=bindparam("period"),
+            status=bindparam("status"),
+            reason=bindparam("reason"),
+            origin=bindparam("origin"),
+            attempt=1,
+            holder=holder,
+            lease_seconds=bindparam("lease_seconds"),
+            lease_expires_at=lease_expiry,
+            claimed_at=now,
+            finished_at=None if lease_expiry is not None else now,
+        )
+        .on_conflict_do_nothing(index_elements=["job", "period"])
+    )
+
+
+def _row(job: str, entry: Entry, origin: Origin, lease_seconds: float) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4().hex,
+        "job": job,
+        "period": entry.period,
+        "status": entry.status.value,
+        "reason": entry.reason.value if entry.reason else None,
+        "origin": origin.value,
+        "lease_seconds": lease_seconds,
+    }
+
+
+def advance_watermark(database: Database, job: str, seen: datetime | None, new: datetime) -> bool:
+    """Move the job's catch-up watermark from the value we read to `new`; False if another
+    node moved it first."""
+    current = jobs.c.caught_up_to.is_(None) if seen is None else jobs.c.caught_up_to == seen
+    statement = update(jobs).where(jobs.c.name == job, current).values(caught_up_to=new)
+    with database.transaction() as connection:
+        return connection.execute(statement).rowcount == 1
+
+
+def runs_between(database: Database, job: str, first: datetime, last: datetime) -> list[Stale]:
+    """Every run of the job with first <= period <= last, as takeover candidates."""
+    statement = (
+        select(
+            runs.c.id,
+            runs.c.job,
+            runs.c.period,
+            runs.c.attempt,
+            runs.c.holder,
+            runs.c.status,
+            runs.c.lease_seconds,
+            runs.c.origin,
+        )
+        .where(runs.c.job == job, runs.c.period >= first, runs.c.period <= last)
+        .order_by(runs.c.period)
+    )
+    with database.transaction() as connection:
+        return [
+            Stale(
+                id=row.id,
+                job=row.job,
+                period=row.period,
+                attempt=row.attempt,
+                holder=row.holder,
+                status=RunStatus(row.status),
+                lease_seconds=row.lease_seconds,
+                origin=Origin(row.origin),
+                expired=False,
+            )
+            for row in connection.execute(statement)
+        ]

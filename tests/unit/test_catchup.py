@@ -1,0 +1,58 @@
+"""The catch-up policy, one rule at a time, with time as an argument."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from scheduler.catchup import Pause, plan
+from scheduler.policy import Catchup, Policy
+from scheduler.states import Reason
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+HOURS = [NOW - timedelta(hours=n) for n in range(30, 0, -1)]  # 30 h of hourly periods
+
+
+def test_all_runs_every_period_in_the_window_oldest_first_and_misses_the_rest() -> None:
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.ALL))
+    assert result.run == [p for p in HOURS if p >= NOW - timedelta(days=1)]
+    assert result.run == sorted(result.run)
+    assert result.missed == [p for p in HOURS if p < NOW - timedelta(days=1)]
+    assert result.skip == []
+    assert not result.capped
+    assert result.handled_through == HOURS[-1]
+
+
+def test_all_stops_at_the_cap_and_says_where() -> None:
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.ALL, catchup_limit=5))
+    assert len(result.run) == 5
+    assert result.capped
+    assert result.handled_through == result.run[-1]
+    assert all(p <= result.run[-1] for p in result.missed)
+
+
+def test_latest_runs_only_the_newest() -> None:
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.LATEST))
+    assert result.run == [HOURS[-1]]
+    assert [p for p, _ in result.skip] == [p for p in HOURS[:-1] if p >= NOW - timedelta(days=1)]
+    assert {reason for _, reason in result.skip} == {Reason.CATCHUP}
+
+
+def test_none_runs_nothing() -> None:
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.NONE, catchup_window=timedelta(days=2)))
+    assert result.run == []
+    assert len(result.skip) == len(HOURS)
+    assert result.missed == []
+
+
+def test_paused_periods_are_skipped_and_never_caught_up() -> None:
+    pause = Pause(NOW - timedelta(hours=5), NOW - timedelta(hours=2))
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.ALL), pause)
+    paused = [p for p, reason in result.skip if reason is Reason.PAUSED]
+    assert paused == [p for p in HOURS if pause.covers(p)]
+    assert len(paused) == 3
+    assert not set(paused) & set(result.run)
+
+
+def test_nothing_missing_plans_nothing() -> None:
+    result = plan([], NOW, Policy())
+    assert (result.run, result.skip, result.missed, result.handled_through) == ([], [], [], None)
