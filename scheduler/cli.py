@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from scheduler import catalog, logs
+from scheduler import catalog, logs, oneshot
 from scheduler import http as operations_http
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
@@ -31,8 +31,9 @@ from scheduler.config import (
 )
 from scheduler.daemon import Daemon, DaemonSettings
 from scheduler.errors import UserError
-from scheduler.oneshot import OneShot
+from scheduler.oneshot import Foreground
 from scheduler.registry import Job, load_jobs
+from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
 
@@ -119,7 +120,7 @@ def node_options(command: Command) -> Command:
     )(command)
 
 
-def _prepare(
+def prepare(
     database_url: str, jobs_modules: str, log_format: str, log_level: str, *, migrate_first: bool
 ) -> tuple[Database, dict[str, Job]]:
     """Everything that may refuse bad input, before anything is written."""
@@ -178,6 +179,13 @@ def _prepare(
     show_envvar=True,
     help="Serve /healthz, /readyz and /metrics on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
 )
+@click.option(
+    "--retention",
+    envvar="SCHEDULER_RETENTION",
+    default=None,
+    show_envvar=True,
+    help="Prune runs and done items older than this (90d) at start and hourly [default: off].",
+)
 def run(
     *,
     database_url: str,
@@ -191,6 +199,7 @@ def run(
     catchup_interval: str,
     migrate_first: bool,
     http: str | None,
+    retention: str | None,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
     server = operations_http.bind(http)  # a busy port is refused before anything is written
@@ -199,13 +208,14 @@ def run(
         grace=parse_option_duration("--grace", grace),
         recovery_interval=parse_option_duration("--recovery-interval", recovery_interval),
         catchup_interval=parse_option_duration("--catchup-interval", catchup_interval),
+        retention=parse_retention("--retention", retention) if retention else None,
     )
-    database, jobs = _prepare(
+    database, jobs = prepare(
         database_url, jobs_modules, log_format, log_level, migrate_first=migrate_first
     )
     catalog.register(database, jobs)
     daemon = Daemon(database, jobs, node_identity(node_name), settings)
-    _install_signal_handlers(daemon.request_stop)
+    install_signal_handlers(daemon.request_stop)
     if server is not None:
         server.start(database, daemon.keeper)
     abandoned = daemon.run()
@@ -242,23 +252,21 @@ def run_once(
     holds it, 1 if it failed. For system cron and Kubernetes CronJobs."""
     given = parse_period(period)
     grace_period = parse_option_duration("--grace", grace)
-    database, jobs = _prepare(
-        database_url, jobs_modules, log_format, log_level, migrate_first=False
-    )
+    database, jobs = prepare(database_url, jobs_modules, log_format, log_level, migrate_first=False)
     if job_name not in jobs:
         known = ", ".join(sorted(jobs)) or "none"
         raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
     job = jobs[job_name]
     stop = threading.Event()
-    oneshot = OneShot(database, job, node_identity(node_name), grace_period, stop)
-    _install_signal_handlers(stop.set)
-    status = oneshot.run(given)
+    foreground = Foreground(database, job, node_identity(node_name), grace_period, stop)
+    install_signal_handlers(stop.set)
+    status = oneshot.run_once(foreground, given)
     sys.stdout.flush()
     # A job thread that outlived the grace period cannot be joined.
     os._exit(status)
 
 
-def _install_signal_handlers(request_stop: Callable[[], None]) -> None:
+def install_signal_handlers(request_stop: Callable[[], None]) -> None:
     """First SIGTERM/SIGINT: stop and drain. A second one: leave at once."""
     received: list[int] = []
 
@@ -287,5 +295,10 @@ def migrate(database_url: str, log_format: str, log_level: str) -> None:
     database.dispose()
 
 
-# The read-only operator commands (jobs, runs, nodes, check) register themselves on `main`.
-from scheduler import cli_views  # noqa: E402, F401
+# The operator commands (views and check; backfill, trigger, rerun, pause, resume, plan)
+# register themselves on `main`.
+from scheduler import (  # noqa: E402, F401
+    cli_history,
+    cli_items,
+    cli_views,
+)

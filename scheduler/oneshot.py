@@ -9,7 +9,6 @@ so a cron wrapper never pages anyone for a correct skip.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
@@ -33,82 +32,112 @@ WAIT_SLICE_S = 0.2
 SUCCESS, FAILURE = 0, 1
 
 
-@dataclass(frozen=True)
-class OneShot:
-    database: Database
-    job: Job
-    node: NodeIdentity
-    grace: timedelta
-    stop: threading.Event
+class Foreground:
+    """This process as a short-lived node: runs claims in the foreground under a lease
+    kept by its own heartbeat, with the job's retries, and marks itself stopped after.
 
-    def run(self, period: datetime | None) -> int:
-        """Claim the period (default: the latest at or before now) and run it; the exit status."""
-        clock = Clock()
-        log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
-            node=self.node.id, job=self.job.name
+    Nothing is written before `open()`, so commands can validate their input first.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        job: Job,
+        node: NodeIdentity,
+        grace: timedelta,
+        stop: threading.Event,
+    ) -> None:
+        self.database, self.job, self.node = database, job, node
+        self._grace, self._stop = grace, stop
+        self._clock = Clock()
+        self.log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
+            node=node.id, job=job.name
         )
-        dispatcher = Dispatcher(self.database, {self.job.name: self.job}, self.node.id, 1, log)
-        keeper = Keeper(
-            database=self.database,
-            dispatcher=dispatcher,
-            node_id=self.node.id,
-            interval=self.job.policy.heartbeat.total_seconds(),
-            stop=self.stop,
-            log=log,
-            clock=clock,
+        self._dispatcher = Dispatcher(database, {job.name: job}, node.id, 1, self.log)
+        self._keeper = Keeper(
+            database=database,
+            dispatcher=self._dispatcher,
+            node_id=node.id,
+            interval=job.policy.heartbeat.total_seconds(),
+            stop=stop,
+            log=self.log,
+            clock=self._clock,
         )
-        keeper.calibrate()
-        chosen = choose_period(self.job, period, clock.now())
-        log = log.bind(period=chosen.isoformat())
+        self._opened = False
+
+    def now(self) -> datetime:
+        """The database clock (read, not written)."""
+        self._keeper.calibrate()
+        return self._clock.now()
+
+    def open(self) -> None:
         catalog.register(self.database, {self.job.name: self.job})
         nodes.register(self.database, self.node)
-        try:
-            result = runs.claim(self.database, [due_for(self.job, chosen)], self.node.id)
-            if result.skipped:
-                log.info("run_skipped", reason=result.reasons[result.skipped[0].id].value)
-                return SUCCESS
-            if not result.won:
-                self._report_holder(log, chosen)
-                return SUCCESS
-            keeper.start()
-            return self._run_to_the_end(dispatcher, result.won[0], log)
-        finally:
-            self.stop.set()
+        self._keeper.start()
+        self._opened = True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._opened:
             nodes.mark_stopped(self.database, self.node.id)
 
-    def _report_holder(self, log: structlog.stdlib.BoundLogger, period: datetime) -> None:
-        held = runs.holder_of(self.database, self.job.name, period)
-        holder, status = held if held else (None, None)
-        log.info("run_already_claimed", holder=holder, status=status and status.value)
-
-    def _run_to_the_end(
-        self, dispatcher: Dispatcher, claim: Claim, log: structlog.stdlib.BoundLogger
-    ) -> int:
-        """Run the claim, then its retries in this process, until it ends for good."""
+    def run(self, claim: Claim) -> bool:
+        """Run the claim, then its retries here, until it ends for good; True if it succeeded."""
         current: Claim | None = claim
         while current is not None:
-            log.info("run_claimed", run_id=current.id, attempt=current.attempt)
-            future = dispatcher.submit(current)
+            self.log.info(
+                "run_claimed",
+                period=current.period.isoformat(),
+                run_id=current.id,
+                attempt=current.attempt,
+            )
+            future = self._dispatcher.submit(current)
             while not future.done():
-                if self.stop.wait(WAIT_SLICE_S):
-                    dispatcher.drain(self.grace.total_seconds())
-                    return FAILURE
+                if self._stop.wait(WAIT_SLICE_S):
+                    self._dispatcher.drain(self._grace.total_seconds())
+                    return False
             current = self._next_attempt(current)
         row = runs.get(self.database, claim.job, claim.period)
-        return SUCCESS if row and row["status"] == RunStatus.SUCCEEDED else FAILURE
+        return bool(row and row["status"] == RunStatus.SUCCEEDED)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def _next_attempt(self, claim: Claim) -> Claim | None:
         """Wait for the retry time of a failed attempt and take it; None when none is due."""
         while True:
-            delay = runs.seconds_until_recovery(self.database, [claim.job])
             row = runs.get(self.database, claim.job, claim.period)
-            if row is None or row["retry_at"] is None or delay is None:
+            if row is None or row["retry_at"] is None:
                 return None
-            if self.stop.wait(delay):
+            delay = runs.seconds_until_recovery(self.database, [claim.job]) or 0.0
+            if self._stop.wait(delay):
                 return None
-            for stale in runs.find_stale(self.database, [claim.job], 100):
+            for stale in runs.find_stale(self.database, [claim.job], 1000):
                 if stale.id == claim.id:
                     return runs.retake(self.database, stale, self.node.id)
+
+
+def run_once(foreground: Foreground, period: datetime | None) -> int:
+    """Claim the period (default: the latest at or before now) and run it; the exit status."""
+    chosen = choose_period(foreground.job, period, foreground.now())
+    log = foreground.log.bind(period=chosen.isoformat())
+    foreground.open()
+    try:
+        result = runs.claim(
+            foreground.database, [due_for(foreground.job, chosen)], foreground.node.id
+        )
+        if result.skipped:
+            log.info("run_skipped", reason=result.reasons[result.skipped[0].id].value)
+            return SUCCESS
+        if not result.won:
+            held = runs.holder_of(foreground.database, foreground.job.name, chosen)
+            holder, status = held if held else (None, None)
+            log.info("run_already_claimed", holder=holder, status=status and status.value)
+            return SUCCESS
+        return SUCCESS if foreground.run(result.won[0]) else FAILURE
+    finally:
+        foreground.close()
 
 
 def choose_period(job: Job, given: datetime | None, now: datetime) -> datetime:

@@ -1,0 +1,266 @@
+"""Commands that change history or schedules by hand: backfill, trigger, rerun,
+pause, resume, and plan (which only reads the schedule)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import click
+
+from scheduler import logs, repair
+from scheduler.cli import (
+    database_option,
+    install_signal_handlers,
+    jobs_option,
+    logging_options,
+    main,
+    node_options,
+    prepare,
+)
+from scheduler.config import node_identity, parse_jobs_option, parse_option_duration, parse_period
+from scheduler.errors import UserError
+from scheduler.oneshot import Foreground
+from scheduler.registry import Job, load_jobs
+from scheduler.store import jobs as job_rows
+from scheduler.store import migrate as migrations
+from scheduler.store.database import open_database
+
+SUCCESS, FAILURE = 0, 1
+
+
+def _foreground(
+    *,
+    job_name: str,
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    node_name: str | None,
+    grace: str,
+) -> Foreground:
+    grace_period = parse_option_duration("--grace", grace)
+    database, jobs = prepare(database_url, jobs_modules, log_format, log_level, migrate_first=False)
+    job = _pick(jobs, job_name)
+    stop = threading.Event()
+    install_signal_handlers(stop.set)
+    return Foreground(database, job, node_identity(node_name), grace_period, stop)
+
+
+def _pick(jobs: dict[str, Job], name: str) -> Job:
+    if name not in jobs:
+        known = ", ".join(sorted(jobs)) or "none"
+        raise UserError(f"job {name!r}: name: no such job in --jobs (known: {known})")
+    return jobs[name]
+
+
+def _required_period(option: str, raw: str) -> datetime:
+    moment = parse_period(raw)
+    if moment is None:
+        raise UserError(f"{option}: give an ISO-8601 instant")
+    return moment
+
+
+def _leave(status: int) -> None:
+    """Exit without joining a job thread that may have outlived the grace period."""
+    sys.stdout.flush()
+    os._exit(status)
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@click.option("--from", "start", required=True, help="First period, ISO-8601 (UTC if no offset).")
+@click.option("--to", "end", required=True, help="Last period, ISO-8601 (UTC if no offset).")
+@click.option(
+    "--include-failed", is_flag=True, help="Also re-run failed, timed-out and abandoned periods."
+)
+@click.option("--dry-run", is_flag=True, help="List what would run and change nothing.")
+@database_option
+@jobs_option
+@logging_options
+@node_options
+def backfill(
+    *,
+    job_name: str,
+    start: str,
+    end: str,
+    include_failed: bool,
+    dry_run: bool,
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    node_name: str | None,
+    grace: str,
+) -> None:
+    """Run JOB's periods from --from to --to that have no successful run, oldest first.
+
+    Periods that never ran (no row, skipped, missed) run; failed ones only with
+    --include-failed. Exit 0 if every period run succeeded, 1 otherwise.
+    """
+    first, last = _required_period("--from", start), _required_period("--to", end)
+    foreground = _foreground(
+        job_name=job_name,
+        database_url=database_url,
+        jobs_modules=jobs_modules,
+        log_format=log_format,
+        log_level=log_level,
+        node_name=node_name,
+        grace=grace,
+    )
+    steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
+    if dry_run:
+        for step in steps:
+            status = step.status.value if step.status else "-"
+            click.echo(f"{step.period.isoformat()}  {status:<10}  {step.action.value}")
+        return
+    foreground.open()
+    try:
+        succeeded, failed = repair.run_backfill(foreground, steps)
+        interrupted = foreground.stopped
+    finally:
+        foreground.close()
+    foreground.log.info(
+        "backfill_finished", succeeded=succeeded, failed=failed, interrupted=interrupted
+    )
+    _leave(SUCCESS if failed == 0 and not interrupted else FAILURE)
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@database_option
+@jobs_option
+@logging_options
+@node_options
+def trigger(
+    *,
+    job_name: str,
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    node_name: str | None,
+    grace: str,
+) -> None:
+    """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure)."""
+    foreground = _foreground(
+        job_name=job_name,
+        database_url=database_url,
+        jobs_modules=jobs_modules,
+        log_format=log_format,
+        log_level=log_level,
+        node_name=node_name,
+        grace=grace,
+    )
+    foreground.open()
+    try:
+        succeeded = foreground.run(repair.trigger(foreground))
+    finally:
+        foreground.close()
+    _leave(SUCCESS if succeeded else FAILURE)
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@click.argument("period")
+@click.option("--force", is_flag=True, help="Run it again even though it succeeded.")
+@database_option
+@jobs_option
+@logging_options
+@node_options
+def rerun(
+    *,
+    job_name: str,
+    period: str,
+    force: bool,
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    node_name: str | None,
+    grace: str,
+) -> None:
+    """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force)."""
+    moment = _required_period("PERIOD", period)
+    foreground = _foreground(
+        job_name=job_name,
+        database_url=database_url,
+        jobs_modules=jobs_modules,
+        log_format=log_format,
+        log_level=log_level,
+        node_name=node_name,
+        grace=grace,
+    )
+    target = repair.rerun_target(foreground, moment, force=force)
+    foreground.open()
+    try:
+        claim = repair.rerun(foreground, target)
+        if claim is None:
+            raise UserError(f"job {job_name!r}: PERIOD: {moment.isoformat()} changed meanwhile")
+        succeeded = foreground.run(claim)
+    finally:
+        foreground.close()
+    _leave(SUCCESS if succeeded else FAILURE)
+
+
+def _set_paused(job_name: str, database_url: str, *, paused: bool) -> None:
+    database = open_database(database_url)
+    migrations.require_current_schema(database)
+    if not job_rows.set_paused(database, job_name, paused=paused):
+        raise UserError(
+            f"job {job_name!r}: name: unknown to this database "
+            "(a node registers a job when it starts)"
+        )
+    database.dispose()
+    click.echo(f"{job_name}: {'paused' if paused else 'resumed'}")
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@database_option
+def pause(job_name: str, database_url: str) -> None:
+    """Pause JOB on every node: its periods are recorded skipped (reason paused)."""
+    _set_paused(job_name, database_url, paused=True)
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@database_option
+def resume(job_name: str, database_url: str) -> None:
+    """Resume JOB; the periods that passed while paused are not caught up."""
+    _set_paused(job_name, database_url, paused=False)
+
+
+@main.command()
+@click.argument("job_name", metavar="JOB")
+@click.option("--count", type=click.IntRange(1, 10_000), default=10, show_default=True)
+@click.option("--after", default=None, help="Start after this instant [default: now].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per period.")
+@jobs_option
+def plan(job_name: str, count: int, after: str | None, as_json: bool, jobs_modules: str) -> None:
+    """Print JOB's next periods in UTC and in its time zone, to check a cron expression."""
+    logs.configure(logs.LogFormat.CONSOLE, "warning")
+    job = _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name)
+    moment = parse_period(after) or datetime.now(UTC)
+    zone = ZoneInfo(job.schedule.timezone)
+    for period in _upcoming(job, moment, count):
+        local = period.astimezone(zone)
+        if as_json:
+            record = {"utc": period.isoformat(), "local": local.isoformat(), "zone": zone.key}
+            click.echo(json.dumps(record))
+        else:
+            click.echo(f"{period.isoformat()}  {local.isoformat()}  {local.strftime('%a %Z')}")
+
+
+def _upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
+    periods: list[datetime] = []
+    moment: datetime | None = after
+    while len(periods) < count and moment is not None:
+        moment = job.schedule.next_after(moment)
+        if moment is not None:
+            periods.append(moment)
+    return periods
