@@ -1,0 +1,58 @@
+"""The timeline: whole instants popped at once, and jitter that is the same on every node."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from scheduler.registry import Job, job
+from scheduler.timeline import Timeline, jitter_delay
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def _job(name: str, cron: str = "0 * * * *", jitter: str | int = 0) -> Job:
+    return job(cron, name=name, jitter=jitter)(lambda: None)
+
+
+def test_jobs_due_at_the_same_instant_pop_together_and_reschedule() -> None:
+    jobs = [_job(f"hourly-{n}") for n in range(50)] + [_job("daily", "0 0 * * *")]
+    timeline = Timeline(jobs, NOW)
+    assert timeline.next_due() == NOW + timedelta(hours=1)
+    assert timeline.pop_due(NOW + timedelta(minutes=59)) == []
+    due = timeline.pop_due(NOW + timedelta(hours=1))
+    assert len(due) == 50
+    assert {period for _, period in due} == {NOW + timedelta(hours=1)}
+    assert timeline.next_due() == NOW + timedelta(hours=2)
+
+
+def test_jitter_is_deterministic_and_within_range() -> None:
+    billing = _job("billing", jitter="5m")
+    period = NOW + timedelta(hours=1)
+    delay = jitter_delay(billing, period)
+    assert delay == jitter_delay(_job("billing", jitter="5m"), period)
+    assert timedelta(0) <= delay < timedelta(minutes=5)
+    assert jitter_delay(_job("no-jitter"), period) == timedelta(0)
+
+
+def test_jitter_spreads_jobs_sharing_a_schedule() -> None:
+    period = NOW + timedelta(hours=1)
+    delays = sorted(jitter_delay(_job(f"report-{n}", jitter="5m"), period) for n in range(200))
+    assert delays[0] < timedelta(seconds=30)
+    assert delays[-1] > timedelta(minutes=4, seconds=30)
+    assert len(set(delays)) > 190
+
+
+def test_a_jittered_period_is_claimed_late_but_keeps_its_instant() -> None:
+    spread = _job("spread", jitter="10m")
+    timeline = Timeline([spread], NOW - timedelta(minutes=1))
+    claim_at = NOW + jitter_delay(spread, NOW)
+    assert timeline.next_due() == claim_at
+    assert timeline.pop_due(claim_at - timedelta(milliseconds=1)) == []
+    assert timeline.pop_due(claim_at) == [(spread, NOW)]
+
+
+def test_a_period_whose_jitter_has_not_passed_at_start_is_still_claimed() -> None:
+    spread = _job("spread", jitter="10m")
+    period = NOW  # due now, to be claimed up to ten minutes later
+    timeline = Timeline([spread], NOW + jitter_delay(spread, period) - timedelta(seconds=1))
+    assert timeline.pop_due(NOW + timedelta(minutes=10)) == [(spread, period)]
