@@ -59,7 +59,7 @@ def _pick(jobs: dict[str, Job], name: str) -> Job:
 
 
 def _required_period(option: str, raw: str) -> datetime:
-    moment = parse_period(raw)
+    moment = parse_period(raw, option)
     if moment is None:
         raise UserError(f"{option}: give an ISO-8601 instant")
     return moment
@@ -245,7 +245,7 @@ def plan(job_name: str, count: int, after: str | None, as_json: bool, jobs_modul
     """Print JOB's next periods in UTC and in its time zone, to check a cron expression."""
     logs.configure(logs.LogFormat.CONSOLE, "warning")
     job = _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name)
-    moment = parse_period(after) or datetime.now(UTC)
+    moment = parse_period(after, "--after") or datetime.now(UTC)
     zone = ZoneInfo(job.schedule.timezone)
     for period in _upcoming(job, moment, count):
         local = period.astimezone(zone)

@@ -1,4 +1,5 @@
-"""One frozen settings object, built from flags and SCHEDULER_* variables and checked once."""
+"""Defaults of every option, and the parsing that turns a flag or SCHEDULER_* value into a
+checked setting, with an error that names the option."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def parse_option_duration(option: str, raw: str) -> timedelta:
         raise UserError(f"{option}: {error}") from None
 
 
-def parse_period(raw: str | None) -> datetime | None:
+def parse_period(raw: str | None, option: str = "--period") -> datetime | None:
     """An ISO-8601 instant with second precision; one without an offset is UTC."""
     if raw is None:
         return None
@@ -43,10 +44,10 @@ def parse_period(raw: str | None) -> datetime | None:
         moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
     except ValueError:
         raise UserError(
-            f"--period: cannot read {raw!r} as ISO-8601 (e.g. 2026-11-30T00:00:00Z)"
+            f"{option}: cannot read {raw!r} as ISO-8601 (e.g. 2026-11-30T00:00:00Z)"
         ) from None
     if moment.microsecond:
-        raise UserError(f"--period: periods have whole seconds, got {raw!r}")
+        raise UserError(f"{option}: periods have whole seconds, got {raw!r}")
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
