@@ -77,26 +77,47 @@ def test_each_policy_after_downtime(tmp_path: Path, postgres_url: str) -> None:
         assert [period for period, n in _executions(log, job).items() if n > 1] == [], job
 
 
-def test_three_nodes_and_a_crash_mid_catch_up_run_nothing_twice(
+def _assert_each_period_ran_once(url: str, log: Path) -> list[dict[str, Any]]:
+    rows = run_rows(url, "catchup-all")
+    assert missing_seconds([row["period"] for row in rows]) == []
+    statuses = Counter(row["status"] for row in rows)
+    assert set(statuses) <= {RunStatus.SUCCEEDED, RunStatus.SKIPPED}, statuses
+    executions = _executions(log, "catchup-all")
+    assert [period for period, count in executions.items() if count > 1] == []
+    succeeded = {row["period"].isoformat() for row in rows if row["status"] == RunStatus.SUCCEEDED}
+    assert succeeded <= set(executions)
+    return rows
+
+
+def test_a_crash_mid_catch_up_then_two_nodes_run_nothing_twice(
     tmp_path: Path, postgres_url: str
 ) -> None:
     log = tmp_path / "executions.txt"
     env = {"EXECUTION_LOG": str(log), "WORK_SECONDS": "0.4"}
     _stop(_serve(tmp_path, postgres_url, ["first"], 2, **env))
     time.sleep(8)
-    (catcher,) = [start_node(tmp_path, "catcher", postgres_url, "catchers", **env)]
+    catcher = start_node(tmp_path, "catcher", postgres_url, "catchers", **env)
     catcher.wait_for(lambda event: event.get("event") == "catchup_claimed")
     time.sleep(1)
     catcher.kill()
-    _stop(_serve(tmp_path, postgres_url, ["a", "b", "c"], 12, **env))
+    _stop(_serve(tmp_path, postgres_url, ["a", "b"], 12, **env))
+    rows = _assert_each_period_ran_once(postgres_url, log)
+    assert [row for row in rows if row["attempt"] > 1], "the killed node's claims were not retaken"
 
-    rows = run_rows(postgres_url, "catchup-all")
-    assert missing_seconds([row["period"] for row in rows]) == []
-    statuses = Counter(row["status"] for row in rows)
-    assert set(statuses) <= {RunStatus.SUCCEEDED, RunStatus.SKIPPED}, statuses
-    retaken = [row for row in rows if row["attempt"] > 1]
-    assert retaken, "the killed node's catch-up claims were never retaken"
-    executions = _executions(log, "catchup-all")
-    assert [period for period, count in executions.items() if count > 1] == []
-    succeeded = {row["period"].isoformat() for row in rows if row["status"] == RunStatus.SUCCEEDED}
-    assert succeeded <= set(executions)
+
+def test_three_nodes_starting_together_catch_up_each_period_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "executions.txt"
+    env = {"EXECUTION_LOG": str(log)}
+    _stop(_serve(tmp_path, postgres_url, ["first"], 2, **env))
+    down = datetime.now().astimezone()
+    time.sleep(6)
+    up = datetime.now().astimezone()
+    _stop(_serve(tmp_path, postgres_url, ["a", "b", "c"], 5, **env))
+    rows = _assert_each_period_ran_once(postgres_url, log)
+    missed = _downtime(rows, down, up)
+    assert len(missed) >= 5
+    assert {(row["status"], row["origin"]) for row in missed} == {
+        (RunStatus.SUCCEEDED, Origin.CATCHUP)
+    }
