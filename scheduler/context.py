@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from scheduler.states import Origin
+
+if TYPE_CHECKING:
+    from scheduler.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -28,8 +34,47 @@ class RunContext:
     origin: Origin
     log: structlog.stdlib.BoundLogger
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The run's row in the database, for items and checkpoints; None in a context
+    # built by hand (a unit test of a job), where those are unavailable.
+    ledger: Ledger | None = field(default=None, repr=False, compare=False)
 
     @property
     def fencing_token(self) -> int:
         """The attempt number: any external write may be fenced on it."""
         return self.attempt
+
+    def once(self, key: str, *, connection: Any = None) -> bool:
+        """Record `key` for this job and say whether this run is the first to claim it.
+
+        At most once per key across periods, attempts and replicas. Pass the job's own
+        SQLAlchemy Connection or Session (same database) and the record commits or rolls
+        back with the job's writes: exactly once for effects in that database.
+        """
+        return self._ledger().once(key, connection)
+
+    @contextmanager
+    def item(self, key: str) -> Iterator[bool]:
+        """`with ctx.item(key) as fresh:` claims `key`; act only if `fresh`. The item is done
+        when the block ends, released for a retry when it raises, and left claimed (listed
+        by `scheduler items JOB --stuck`) when the process dies inside it."""
+        with self._ledger().item(key, self.log) as fresh:
+            yield fresh
+
+    def checkpoint(self, state: Any) -> None:
+        """Store a JSON-serialisable state on the run; a later attempt of this period reads
+        it as `last_checkpoint` and can resume there."""
+        self._ledger().checkpoint(state)
+
+    @property
+    def last_checkpoint(self) -> Any:
+        """The state the last `checkpoint` of an earlier attempt of this period stored, or
+        None."""
+        return self._ledger().last_checkpoint()
+
+    def _ledger(self) -> Ledger:
+        if self.ledger is None:
+            raise RuntimeError(
+                f"job {self.job!r}: this RunContext has no database (it was built by hand), "
+                "so once(), item() and checkpoints are unavailable"
+            )
+        return self.ledger

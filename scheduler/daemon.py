@@ -23,6 +23,7 @@ from scheduler.keeper import Keeper
 from scheduler.policy import Overlap
 from scheduler.recovery import Recovery
 from scheduler.registry import Job
+from scheduler.retention import Pruner
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
 from scheduler.store.nodes import NodeIdentity
@@ -44,6 +45,8 @@ class DaemonSettings:
     grace: timedelta
     recovery_interval: timedelta = DEFAULT_RECOVERY_INTERVAL
     catchup_interval: timedelta = DEFAULT_CATCHUP_INTERVAL
+    # Prune history older than this now and then; None keeps everything.
+    retention: timedelta | None = None
 
 
 def due_for(job: Job, period: datetime) -> Due:
@@ -100,6 +103,11 @@ class Daemon:
             stop=self._stop,
             log=self._log,
         )
+        self._pruner = (
+            Pruner(database=database, retention=settings.retention, stop=self._stop, log=self._log)
+            if settings.retention
+            else None
+        )
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -118,6 +126,8 @@ class Daemon:
         self.keeper.start()
         self._recovery.start()
         self._catch_up.start()
+        if self._pruner is not None:
+            self._pruner.start()
         try:
             self._loop()
         finally:
@@ -189,7 +199,7 @@ class Daemon:
         except DBAPIError as error:
             self._log.warning("node_stop_unrecorded", error=first_line(error.orig))
         self._log.info("node_stopped", abandoned=abandoned)
-        for side in (self.keeper, self._recovery, self._catch_up):
-            if side.failure is not None:
+        for side in (self.keeper, self._recovery, self._catch_up, self._pruner):
+            if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned

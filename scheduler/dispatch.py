@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from scheduler import metrics
 from scheduler.context import RunContext
 from scheduler.invoke import Outcome, invoke
+from scheduler.ledger import Ledger
 from scheduler.policy import Overlap, Policy
 from scheduler.registry import Job
 from scheduler.states import Reason, RunStatus
@@ -98,6 +99,7 @@ class Dispatcher:
             node=self._node_id,
             origin=claim.origin,
             log=log,
+            ledger=Ledger(self._database, claim),
         )
         ordered = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, Future(), ordered)

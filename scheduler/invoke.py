@@ -20,11 +20,13 @@ from typing import Any
 
 from scheduler import logs
 from scheduler.context import RunContext
+from scheduler.ledger import Ledger
 from scheduler.logs import LogFormat
 from scheduler.policy import Isolation
 from scheduler.registry import Job
 from scheduler.states import Origin, RunStatus
-from scheduler.store.runs import Failure
+from scheduler.store.database import open_database
+from scheduler.store.runs import Claim, Failure
 
 TRACEBACK_LIMIT = 4000
 MESSAGE_LIMIT = 2000
@@ -122,6 +124,9 @@ class ChildRun:
     node: str
     origin: Origin
     log_settings: tuple[LogFormat, str]
+    # For ctx.once/item/checkpoint: the child opens its own engine on this database.
+    claim: Claim | None = None
+    database_url: str | None = None
 
 
 def _in_child(job: Job, context: RunContext, timeout: float | None) -> Outcome:
@@ -137,6 +142,12 @@ def _in_child(job: Job, context: RunContext, timeout: float | None) -> Outcome:
         node=context.node,
         origin=context.origin,
         log_settings=logs.current(),
+        claim=context.ledger.claim if context.ledger else None,
+        database_url=(
+            context.ledger.database.engine.url.render_as_string(hide_password=False)
+            if context.ledger
+            else None
+        ),
     )
     child = spawn.Process(target=child_main, args=(payload, sender), name=f"job:{job.name}")
     child.start()
@@ -190,10 +201,17 @@ def child_main(payload: ChildRun, sender: Connection) -> None:
             attempt=payload.attempt,
             node=payload.node,
         ),
+        ledger=_child_ledger(payload),
     )
     outcome = asyncio.run(_await(job, context)) if job.is_async else _direct(job, context)
     sender.send(outcome.failure)
     sender.close()
+
+
+def _child_ledger(payload: ChildRun) -> Ledger | None:
+    if payload.claim is None or payload.database_url is None:
+        return None
+    return Ledger(open_database(payload.database_url, pool_size=1), payload.claim)
 
 
 async def _await(job: Job, context: RunContext) -> Outcome:

@@ -78,10 +78,14 @@ runs = Table(
     Column("error_traceback", Text),
     # A failed run with attempts left may be re-claimed once this instant has passed.
     Column("retry_at", UTCDateTime()),
+    # The job's last `ctx.checkpoint(...)`, as JSON; kept across attempts of the period.
+    Column("checkpoint", Text),
     Index(None, "status", "lease_expires_at"),
     Index(None, "job", "status"),
     Index(None, "holder", "status"),
     Index(None, "retry_at"),
+    # `scheduler prune` finds old periods across every job.
+    Index(None, "period"),
 )
 
 jobs = Table(
@@ -137,4 +141,23 @@ nodes = Table(
     Column("started_at", UTCDateTime(), nullable=False),
     Column("heartbeat_at", UTCDateTime(), nullable=False),
     Column("stopped_at", UTCDateTime()),
+)
+
+items = Table(
+    "scheduler_items",
+    metadata,
+    # (job, key) is claimed once, ever: a re-run, retry or takeover skips what is recorded.
+    Column("job", String(200), primary_key=True),
+    Column("key", String(500), primary_key=True),
+    # `claimed` until the work is known to be finished, then `done`.
+    Column("state", String(16), nullable=False),
+    # The run that claimed it: period, id, attempt and node.
+    Column("period", UTCDateTime(), nullable=False),
+    Column("run_id", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200)),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    Column("done_at", UTCDateTime()),
+    # `scheduler prune` deletes old done items.
+    Index(None, "state", "done_at"),
 )

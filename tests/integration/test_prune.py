@@ -1,0 +1,55 @@
+"""Retention on real databases: old history goes in batches; recent history, each job's
+newest run and success, unfinished runs and every claimed item stay."""
+
+from __future__ import annotations
+
+from scheduler.store import prune
+from scheduler.store.database import Database
+from scheduler.store.schema import attempts, items, runs
+from tests.integration.seed import rows
+from tests.retention_seed import RETENTION, seed
+
+
+def test_prune_deletes_only_what_the_retention_allows(database: Database) -> None:
+    seeded = seed(database)
+    cutoff = prune.cutoff_for(database, RETENTION)
+
+    counted = prune.prune(database, cutoff, dry_run=True)
+    assert (counted.runs, counted.attempts, counted.items, counted.stuck_kept) == (
+        len(seeded.doomed_runs),
+        seeded.doomed_attempts,
+        len(seeded.doomed_items),
+        1,
+    )
+    assert {row["id"] for row in rows(database, runs)} == seeded.doomed_runs | seeded.kept_runs
+
+    # A batch of two rows a transaction, so the loops go round several times.
+    done = prune.prune(database, cutoff, batch=2)
+    assert (done.runs, done.attempts, done.items, done.stuck_kept) == (
+        counted.runs,
+        counted.attempts,
+        counted.items,
+        1,
+    )
+    assert {row["id"] for row in rows(database, runs)} == seeded.kept_runs
+    assert {row["key"] for row in rows(database, items)} == seeded.kept_items
+    assert rows(database, attempts) == []
+
+    again = prune.prune(database, cutoff)
+    assert (again.runs, again.attempts, again.items) == (0, 0, 0)
+
+
+def test_a_stopping_node_leaves_between_batches(database: Database) -> None:
+    seeded = seed(database)
+    asked: list[int] = []
+
+    def keep_going() -> bool:
+        asked.append(1)
+        return len(asked) <= 1
+
+    result = prune.prune(
+        database, prune.cutoff_for(database, RETENTION), batch=1, keep_going=keep_going
+    )
+    assert result.runs == 1
+    assert result.items == 0
+    assert len(rows(database, runs)) == len(seeded.kept_runs) + len(seeded.doomed_runs) - 1
