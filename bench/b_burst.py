@@ -1,0 +1,113 @@
+"""b: 10,000 jobs all due at the same instant, 3 nodes, trivial bodies.
+
+The jobs fire once a day at an instant a few seconds after the nodes start (a six-field
+cron generated for it). Figures: from that instant to the last claim and the last start
+(claimed_at and started_at in the runs table, database clock), and the statements all
+nodes sent per run, counted at the driver (bench/node.py): from just before the instant
+until every run finished, and again including the catch-up pass that follows (each node
+looks at each job's new period once; --catchup-interval 5s brings that pass into the
+window).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from datetime import UTC, datetime
+
+from bench import harness
+from bench.harness import Figures, Row, Scenario
+
+JOBS, SMOKE_JOBS = 10_000, 500
+NODES = 3
+# Seconds from starting the nodes to the instant every job is due; must cover start-up.
+LEAD_S, SMOKE_LEAD_S = 15, 6
+CATCHUP_INTERVAL_S = 5
+FINISHED = "('succeeded', 'failed', 'timed_out', 'skipped', 'abandoned')"
+
+
+def run_once(smoke: bool) -> Figures:
+    count, lead = (SMOKE_JOBS, SMOKE_LEAD_S) if smoke else (JOBS, LEAD_S)
+    with harness.workspace("b") as folder, harness.fresh_database() as url:
+        due = math.ceil(time.time()) + lead
+        jobs = harness.job_module(folder, "bench_jobs", [(harness.cron_at(due), count, "")])
+        executions = folder / "executions.log"
+        nodes = [
+            harness.start_node(
+                folder,
+                f"n{i}",
+                url,
+                jobs,
+                ["--catchup-interval", f"{CATCHUP_INTERVAL_S}s"],
+                env={"BENCH_EXECUTION_LOG": str(executions)},
+            )
+            for i in range(NODES)
+        ]
+        with harness.running(nodes):
+            for node in nodes:
+                node.wait_for("node_started", timeout=lead)
+            if time.time() > due - 1:
+                raise RuntimeError(f"the nodes took more than {lead - 1}s to start; raise LEAD_S")
+            harness.sleep_until(due - 0.5)
+            before = harness.total_statements(nodes)
+            finished_at = _wait_finished(url, count, due + 120)
+            time.sleep(0.5)  # the counters flush every 0.2 s
+            runs_only = harness.difference(harness.total_statements(nodes), before)
+            harness.sleep_until(finished_at + CATCHUP_INTERVAL_S + 2)
+            with_catchup = harness.difference(harness.total_statements(nodes), before)
+        (first_claim, last_claim, last_start, started) = harness.query(
+            url,
+            "SELECT min(claimed_at), max(claimed_at), max(started_at), count(started_at) "
+            "FROM scheduler_runs WHERE period = %s",
+            (datetime.fromtimestamp(due, UTC),),
+        )[0]
+        ran = harness.executions(executions)
+        harness.log(f"[b] statements by kind, claim to finish: {runs_only['kinds']}")
+        harness.log(f"[b] statements by kind, with catch-up: {with_catchup['kinds']}")
+        return {
+            "first_claim": first_claim.timestamp() - due,
+            "last_claim": last_claim.timestamp() - due,
+            "last_start": last_start.timestamp() - due,
+            "started": started,
+            "statements_per_run": runs_only["statements"] / count,
+            "round_trips_per_run": runs_only["round_trips"] / count,
+            "transactions_per_run": runs_only["transactions"] / count,
+            "statements_per_run_catchup": with_catchup["statements"] / count,
+            "duplicates": sum(n - 1 for n in ran.values() if n > 1),
+            "missed": count - len(ran),
+        }
+
+
+def _wait_finished(url: str, count: int, deadline: float) -> float:
+    while time.time() < deadline:
+        (done,) = harness.query(
+            url, f"SELECT count(*) FROM scheduler_runs WHERE status IN {FINISHED}"
+        )[0]
+        if done >= count:
+            return time.time()
+        time.sleep(0.2)
+    raise RuntimeError("the runs did not finish in time")
+
+
+ROWS = [
+    Row("first_claim", "first claim after the instant", "s"),
+    Row("last_claim", "last claim after the instant", "s", "< 1 s", lambda v: v < 1),
+    Row("last_start", "last start after the instant", "s", "< 3 s", lambda v: v < 3),
+    Row("statements_per_run", "statements per run (claim → finish)", "", "≤ 3", lambda v: v <= 3),
+    Row("round_trips_per_run", "round trips per run (claim → finish)", ""),
+    Row("transactions_per_run", "transactions per run (claim → finish)", ""),
+    Row(
+        "statements_per_run_catchup",
+        "statements per run incl. next catch-up pass",
+        "",
+        "≤ 3",
+        lambda v: v <= 3,
+    ),
+    Row("duplicates", "duplicates", "", "0", lambda v: v == 0, "max"),
+    Row("missed", "missed", "", "0", lambda v: v == 0, "max"),
+]
+SCENARIO = Scenario("b", "10,000 jobs due at one instant, 3 nodes", run_once, ROWS)
+
+if __name__ == "__main__":
+    sys.exit(harness.main(SCENARIO))
