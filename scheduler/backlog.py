@@ -28,6 +28,7 @@ from scheduler.store.database import Database, first_line
 from scheduler.store.history import Entry
 from scheduler.store.jobs import JobRow
 from scheduler.store.runs import Claim
+from scheduler.supervision import SideThread
 
 # Expected periods one pass looks at per job; a longer gap takes several passes.
 SCAN_LIMIT = 100_000
@@ -124,7 +125,7 @@ class CatchUp:
         return won
 
 
-class CatchUpLoop(threading.Thread):
+class CatchUpLoop(SideThread):
     """Runs a pass at start and every `interval`; supervised like the other side threads."""
 
     def __init__(
@@ -136,25 +137,15 @@ class CatchUpLoop(threading.Thread):
         stop: threading.Event,
         log: structlog.stdlib.BoundLogger,
     ) -> None:
-        super().__init__(name="catchup", daemon=True)
+        super().__init__("catchup", stop, log)
         self._catch_up = catch_up
         self._clock = clock
         self._interval = interval.total_seconds()
-        self._stop = stop
-        self._log = log
-        self.failure: BaseException | None = None
 
-    def run(self) -> None:
+    def step(self) -> float:
         try:
-            wait = 0.0
-            while not self._stop.wait(wait):
-                wait = self._interval
-                try:
-                    if self._catch_up.run_pass(self._clock.now()):
-                        wait = 0.0
-                except DBAPIError as error:
-                    self._log.warning("catchup_failed", error=first_line(error.orig))
-        except Exception as error:  # noqa: BLE001 - supervision: any crash stops the node
-            self.failure = error
-            self._log.exception("catchup_crashed")
-            self._stop.set()
+            more = self._catch_up.run_pass(self._clock.now())
+        except DBAPIError as error:
+            self._log.warning("catchup_failed", error=first_line(error.orig))
+            return self._interval
+        return 0.0 if more else self._interval

@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
 
-from scheduler import catalog, logs, oneshot
+from scheduler import catalog, logs
 from scheduler import http as operations_http
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
@@ -27,11 +26,9 @@ from scheduler.config import (
     node_identity,
     parse_jobs_option,
     parse_option_duration,
-    parse_period,
 )
 from scheduler.daemon import Daemon, DaemonSettings
 from scheduler.errors import UserError
-from scheduler.oneshot import Foreground
 from scheduler.registry import Job, load_jobs
 from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
@@ -224,46 +221,6 @@ def run(
         sys.stdout.flush()
         os._exit(0)
     database.dispose()
-
-
-@main.command(name="run-once")
-@click.argument("job_name", metavar="JOB")
-@click.option(
-    "--period",
-    default=None,
-    help="The period to run, ISO-8601 (UTC if no offset) [default: the latest due].",
-)
-@database_option
-@jobs_option
-@logging_options
-@node_options
-def run_once(
-    *,
-    job_name: str,
-    period: str | None,
-    database_url: str,
-    jobs_modules: str,
-    log_format: str,
-    log_level: str,
-    node_name: str | None,
-    grace: str,
-) -> None:
-    """Claim one period of JOB and run it here; exit 0 if it succeeded or another node
-    holds it, 1 if it failed. For system cron and Kubernetes CronJobs."""
-    given = parse_period(period)
-    grace_period = parse_option_duration("--grace", grace)
-    database, jobs = prepare(database_url, jobs_modules, log_format, log_level, migrate_first=False)
-    if job_name not in jobs:
-        known = ", ".join(sorted(jobs)) or "none"
-        raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
-    job = jobs[job_name]
-    stop = threading.Event()
-    foreground = Foreground(database, job, node_identity(node_name), grace_period, stop)
-    install_signal_handlers(stop.set)
-    status = oneshot.run_once(foreground, given)
-    sys.stdout.flush()
-    # A job thread that outlived the grace period cannot be joined.
-    os._exit(status)
 
 
 def install_signal_handlers(request_stop: Callable[[], None]) -> None:

@@ -1,18 +1,22 @@
-"""Commands that change history or schedules by hand: backfill, trigger, rerun,
-pause, resume, and plan (which only reads the schedule)."""
+"""Commands that run a job in the foreground or change history by hand: run-once,
+backfill, trigger, rerun, pause, resume, and plan (which only reads the schedule)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
 
-from scheduler import logs, repair
+from scheduler import logs, oneshot, repair
 from scheduler.cli import (
     database_option,
     install_signal_handlers,
@@ -33,22 +37,40 @@ from scheduler.store.database import open_database
 SUCCESS, FAILURE = 0, 1
 
 
-def _foreground(
-    *,
-    job_name: str,
-    database_url: str,
-    jobs_modules: str,
-    log_format: str,
-    log_level: str,
-    node_name: str | None,
-    grace: str,
-) -> Foreground:
-    grace_period = parse_option_duration("--grace", grace)
-    database, jobs = prepare(database_url, jobs_modules, log_format, log_level, migrate_first=False)
+@dataclass(frozen=True)
+class NodeArgs:
+    """The options every foreground command shares, as one value."""
+
+    database_url: str
+    jobs_modules: str
+    log_format: str
+    log_level: str
+    node_name: str | None
+    grace: str
+
+
+def foreground_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the database, jobs, logging and node options; hand them over as `node=NodeArgs`."""
+    names = [field.name for field in fields(NodeArgs)]
+
+    @functools.wraps(command)
+    def bundled(**options: Any) -> None:
+        node = NodeArgs(**{name: options.pop(name) for name in names})
+        command(node=node, **options)
+
+    return database_option(jobs_option(logging_options(node_options(bundled))))
+
+
+def _foreground(node: NodeArgs, job_name: str) -> Foreground:
+    """Check everything the user gave, then a foreground node for the job; nothing written."""
+    grace_period = parse_option_duration("--grace", node.grace)
+    database, jobs = prepare(
+        node.database_url, node.jobs_modules, node.log_format, node.log_level, migrate_first=False
+    )
     job = _pick(jobs, job_name)
     stop = threading.Event()
     install_signal_handlers(stop.set)
-    return Foreground(database, job, node_identity(node_name), grace_period, stop)
+    return Foreground(database, job, node_identity(node.node_name), grace_period, stop)
 
 
 def _pick(jobs: dict[str, Job], name: str) -> Job:
@@ -71,6 +93,22 @@ def _leave(status: int) -> None:
     os._exit(status)
 
 
+@main.command(name="run-once")
+@click.argument("job_name", metavar="JOB")
+@click.option(
+    "--period",
+    default=None,
+    help="The period to run, ISO-8601 (UTC if no offset) [default: the latest due].",
+)
+@foreground_options
+def run_once(*, job_name: str, period: str | None, node: NodeArgs) -> None:
+    """Claim one period of JOB and run it here; exit 0 if it succeeded or another node
+    holds it, 1 if it failed. For system cron and Kubernetes CronJobs."""
+    given = parse_period(period)
+    foreground = _foreground(node, job_name)
+    _leave(oneshot.run_once(foreground, given))
+
+
 @main.command()
 @click.argument("job_name", metavar="JOB")
 @click.option("--from", "start", required=True, help="First period, ISO-8601 (UTC if no offset).")
@@ -79,23 +117,9 @@ def _leave(status: int) -> None:
     "--include-failed", is_flag=True, help="Also re-run failed, timed-out and abandoned periods."
 )
 @click.option("--dry-run", is_flag=True, help="List what would run and change nothing.")
-@database_option
-@jobs_option
-@logging_options
-@node_options
+@foreground_options
 def backfill(
-    *,
-    job_name: str,
-    start: str,
-    end: str,
-    include_failed: bool,
-    dry_run: bool,
-    database_url: str,
-    jobs_modules: str,
-    log_format: str,
-    log_level: str,
-    node_name: str | None,
-    grace: str,
+    *, job_name: str, start: str, end: str, include_failed: bool, dry_run: bool, node: NodeArgs
 ) -> None:
     """Run JOB's periods from --from to --to that have no successful run, oldest first.
 
@@ -103,15 +127,7 @@ def backfill(
     --include-failed. Exit 0 if every period run succeeded, 1 otherwise.
     """
     first, last = _required_period("--from", start), _required_period("--to", end)
-    foreground = _foreground(
-        job_name=job_name,
-        database_url=database_url,
-        jobs_modules=jobs_modules,
-        log_format=log_format,
-        log_level=log_level,
-        node_name=node_name,
-        grace=grace,
-    )
+    foreground = _foreground(node, job_name)
     steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
     if dry_run:
         for step in steps:
@@ -132,30 +148,10 @@ def backfill(
 
 @main.command()
 @click.argument("job_name", metavar="JOB")
-@database_option
-@jobs_option
-@logging_options
-@node_options
-def trigger(
-    *,
-    job_name: str,
-    database_url: str,
-    jobs_modules: str,
-    log_format: str,
-    log_level: str,
-    node_name: str | None,
-    grace: str,
-) -> None:
+@foreground_options
+def trigger(*, job_name: str, node: NodeArgs) -> None:
     """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure)."""
-    foreground = _foreground(
-        job_name=job_name,
-        database_url=database_url,
-        jobs_modules=jobs_modules,
-        log_format=log_format,
-        log_level=log_level,
-        node_name=node_name,
-        grace=grace,
-    )
+    foreground = _foreground(node, job_name)
     foreground.open()
     try:
         succeeded = foreground.run(repair.trigger(foreground))
@@ -168,33 +164,11 @@ def trigger(
 @click.argument("job_name", metavar="JOB")
 @click.argument("period")
 @click.option("--force", is_flag=True, help="Run it again even though it succeeded.")
-@database_option
-@jobs_option
-@logging_options
-@node_options
-def rerun(
-    *,
-    job_name: str,
-    period: str,
-    force: bool,
-    database_url: str,
-    jobs_modules: str,
-    log_format: str,
-    log_level: str,
-    node_name: str | None,
-    grace: str,
-) -> None:
+@foreground_options
+def rerun(*, job_name: str, period: str, force: bool, node: NodeArgs) -> None:
     """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force)."""
     moment = _required_period("PERIOD", period)
-    foreground = _foreground(
-        job_name=job_name,
-        database_url=database_url,
-        jobs_modules=jobs_modules,
-        log_format=log_format,
-        log_level=log_level,
-        node_name=node_name,
-        grace=grace,
-    )
+    foreground = _foreground(node, job_name)
     target = repair.rerun_target(foreground, moment, force=force)
     foreground.open()
     try:

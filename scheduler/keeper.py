@@ -17,9 +17,10 @@ from scheduler.clock import SKEW_WARNING, Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
+from scheduler.supervision import SideThread
 
 
-class Keeper(threading.Thread):
+class Keeper(SideThread):
     def __init__(
         self,
         *,
@@ -31,32 +32,25 @@ class Keeper(threading.Thread):
         log: structlog.stdlib.BoundLogger,
         clock: Clock,
     ) -> None:
-        super().__init__(name="keeper", daemon=True)
+        super().__init__("keeper", stop, log)
+        self.first_wait = interval
         self._database = database
         self._dispatcher = dispatcher
         self._node_id = node_id
         self._interval = interval
-        self._stop = stop
-        self._log = log
         self._clock = clock
         self._skewed = False
         self._renewed_at: dict[str, float] = {}
         self.last_beat: float | None = None
-        self.failure: BaseException | None = None
 
     @property
     def interval(self) -> float:
         """Seconds between heartbeats; /readyz calls the node stale after three."""
         return self._interval
 
-    def run(self) -> None:
-        try:
-            while not self._stop.wait(self._interval):
-                self.beat()
-        except Exception as error:  # noqa: BLE001 - supervision: any crash stops the node
-            self.failure = error
-            self._log.exception("keeper_crashed")
-            self._stop.set()
+    def step(self) -> float:
+        self.beat()
+        return self._interval
 
     def beat(self) -> None:
         held = self._dispatcher.held()

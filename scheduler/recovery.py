@@ -18,6 +18,7 @@ from scheduler.states import RunStatus
 from scheduler.store import runs
 from scheduler.store.database import Database, first_line
 from scheduler.store.runs import Stale
+from scheduler.supervision import SideThread
 
 # A run whose node died may be taken over this many times beyond its retries, so
 # that a job which kills its node every time does not loop for ever.
@@ -28,7 +29,7 @@ BATCH = 100
 SETTLE_S = 0.05
 
 
-class Recovery(threading.Thread):
+class Recovery(SideThread):
     def __init__(
         self,
         *,
@@ -40,28 +41,15 @@ class Recovery(threading.Thread):
         stop: threading.Event,
         log: structlog.stdlib.BoundLogger,
     ) -> None:
-        super().__init__(name="recovery", daemon=True)
+        super().__init__("recovery", stop, log)
         self._database = database
         self._dispatcher = dispatcher
         self._jobs = jobs
         self._names = sorted(jobs)
         self._node_id = node_id
         self._interval = interval
-        self._stop = stop
-        self._log = log
-        self.failure: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            wait = 0.0
-            while not self._stop.wait(wait):
-                wait = self._pass()
-        except Exception as error:  # noqa: BLE001 - supervision: any crash stops the node
-            self.failure = error
-            self._log.exception("recovery_crashed")
-            self._stop.set()
-
-    def _pass(self) -> float:
+    def step(self) -> float:
         """Retake what is due; return how long to sleep before the next pass."""
         try:
             while self.recover_once() == BATCH and not self._stop.is_set():
