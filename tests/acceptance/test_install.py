@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.registry import load_jobs
 from scheduler.states import RunStatus
 from tests import dockerfile
 from tests.acceptance.records import run_rows
@@ -238,7 +239,7 @@ def test_docker_run_migrates_and_runs_the_baked_in_jobs(
     assert process.wait(timeout=60) == 0, log.read_text()
     events = _events(log)  # every line is JSON: SCHEDULER_LOG_FORMAT=json in the image
     registered = {item["job"] for item in events if item["event"] == "job_registered"}
-    assert registered == {"heartbeat", "digest"}
+    assert registered == set(load_jobs(["jobs"])), "every example job in jobs/ is baked in"
     assert events[-1]["event"] == "node_stopped"
     assert image.database_url.startswith(f"sqlite:///{image.root}/var/lib/scheduler/")
 
