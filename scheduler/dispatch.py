@@ -161,24 +161,28 @@ class Dispatcher:
         with self._lock:
             left = list(self._active.values())
         for active in left:
-            active.context.cancelled.set()
-            # retry_in=0: any other node's recovery pass may take the period at once.
-            abandon = partial(
-                runs.finish,
-                self._database,
-                active.claim,
-                RunStatus.ABANDONED,
-                None,
-                reason=Reason.SHUTDOWN,
-                retry_in=0,
-            )
-            if self._persist(active.context.log, abandon, default=False):
-                active.context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
-                metrics.record_finish(active.claim.job, RunStatus.ABANDONED, None)
+            self._abandon(active.claim, active.context)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         return len(left)
+
+    def _abandon(self, claim: Claim, context: RunContext) -> None:
+        """Give the period back at shutdown; retry_in=0 lets any other node's recovery
+        pass take it at once."""
+        context.cancelled.set()
+        abandon = partial(
+            runs.finish,
+            self._database,
+            claim,
+            RunStatus.ABANDONED,
+            None,
+            reason=Reason.SHUTDOWN,
+            retry_in=0,
+        )
+        if self._persist(context.log, abandon, default=False):
+            context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
+            metrics.record_finish(claim.job, RunStatus.ABANDONED, None)
 
     def _execute(self, claim: Claim, context: RunContext) -> bool:
         """Run one claim to its end; True if it went back to wait behind an earlier period."""
@@ -187,7 +191,8 @@ class Dispatcher:
         if started is None:
             return True
         if not started:
-            log.warning("run_outcome_refused", stage="start")
+            if not self._stopping.is_set():
+                log.warning("run_outcome_refused", stage="start")
             return False
         log.info("run_started", origin=claim.origin.value)
         metrics.record_start(claim.job, claim.period)
@@ -214,6 +219,10 @@ class Dispatcher:
                 return started is Start.STARTED
             if self._give_way(claim):
                 return None
+            if self._stopping.is_set():
+                # A waiting period does not start once the node is draining.
+                self._abandon(claim, context)
+                return False
             if context.cancelled.wait(QUEUE_POLL_S):
                 return False
 

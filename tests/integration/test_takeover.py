@@ -145,3 +145,17 @@ def test_a_backlog_of_one_job_claims_only_one_period(database: Database) -> None
     result = runs.claim(database, backlog, "node-a")
     assert [claim.period for claim in result.won] == [PERIOD]
     assert len(result.skipped) == 3
+
+
+def test_a_retaken_older_period_waits_for_a_newer_one_that_runs(database: Database) -> None:
+    """Given back at shutdown, period 1 is retaken while period 2 already runs: it waits."""
+    (older,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    runs.finish(database, older, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0)
+    (newer,) = runs.claim(database, [Due("sync", NEXT, 30)], "node-b").won
+    assert runs.start(database, newer, after_earlier=True) is Start.STARTED
+    (stale,) = runs.find_stale(database, ["sync"], 10)
+    retaken = runs.retake(database, stale, "node-c")
+    assert retaken is not None
+    assert runs.start(database, retaken, after_earlier=True) is Start.WAIT
+    runs.finish(database, newer, RunStatus.SUCCEEDED, 5)
+    assert runs.start(database, retaken, after_earlier=True) is Start.STARTED
