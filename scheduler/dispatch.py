@@ -103,6 +103,11 @@ class Dispatcher:
         )
         ordered = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, Future(), ordered)
+        if self._stopping.is_set():
+            # Claimed by a side thread while the node drains: give it straight back.
+            self._abandon(claim, context)
+            active.future.set_result(None)
+            return active.future
         with self._lock:
             self._active[claim.id] = active
             if ordered and claim.job in self._busy:
