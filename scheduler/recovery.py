@@ -45,7 +45,7 @@ class Recovery(SideThread):
         self._database = database
         self._dispatcher = dispatcher
         self._jobs = jobs
-        self._names = sorted(jobs)
+        self._names = frozenset(jobs)
         self._node_id = node_id
         self._interval = interval
 
@@ -54,7 +54,7 @@ class Recovery(SideThread):
         try:
             while self.recover_once() == BATCH and not self._stop.is_set():
                 pass
-            due_in = runs.seconds_until_recovery(self._database, self._names)
+            due_in = runs.seconds_until_recovery(self._database, None)
         except DBAPIError as error:
             self._log.warning("recovery_failed", error=first_line(error.orig))
             return self._interval

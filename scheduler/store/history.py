@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import String, bindparam, select, text, update
 
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store.database import Database
 from scheduler.store.runs import Claim, Stale
-from scheduler.store.schema import jobs, runs
+from scheduler.store.schema import UTCDateTime, jobs, runs
 
 # One INSERT statement carries at most this many rows (SQLite's variable limit).
 ROWS_PER_STATEMENT = 2000
@@ -109,6 +109,74 @@ def _row(job: str, entry: Entry, origin: Origin, lease_seconds: float) -> dict[s
         "origin": origin.value,
         "lease_seconds": lease_seconds,
     }
+
+
+# PostgreSQL: many jobs' scan ranges or watermarks travel as arrays in one statement.
+JOBS_PER_STATEMENT = 1000
+_EXISTING_POSTGRES = text(
+    f"""
+    SELECT run.job, run.period
+    FROM unnest(CAST(:jobs AS TEXT[]), CAST(:afters AS TIMESTAMPTZ[]),
+                CAST(:uptos AS TIMESTAMPTZ[])) AS scan(job, after, upto)
+    JOIN {runs.name} AS run
+      ON run.job = scan.job AND run.period > scan.after AND run.period <= scan.upto
+    """  # noqa: S608 - the table name is ours; values are parameters
+).columns(job=String(), period=UTCDateTime())
+_ADVANCE_POSTGRES = text(
+    f"""
+    UPDATE {jobs.name} AS job SET caught_up_to = move.new
+    FROM unnest(CAST(:names AS TEXT[]), CAST(:seen AS TIMESTAMPTZ[]),
+                CAST(:new AS TIMESTAMPTZ[])) AS move(name, seen, new)
+    WHERE job.name = move.name AND job.caught_up_to IS NOT DISTINCT FROM move.seen
+    """  # noqa: S608 - the table name is ours; values are parameters
+)
+
+
+def existing_periods_of(
+    database: Database, scans: Sequence[tuple[str, datetime, datetime]]
+) -> dict[str, set[datetime]]:
+    """For each (job, after, upto): the periods in (after, upto] that already have a row.
+
+    A catch-up pass asks this for every job at once: on PostgreSQL one statement per
+    JOBS_PER_STATEMENT jobs, so the pass does not cost a query per job.
+    """
+    found: dict[str, set[datetime]] = {job: set() for job, _, _ in scans}
+    if not database.is_postgres:
+        for job, after, upto in scans:
+            found[job] = existing_periods(database, job, after, upto)
+        return found
+    with database.transaction() as connection:
+        for start in range(0, len(scans), JOBS_PER_STATEMENT):
+            chunk = scans[start : start + JOBS_PER_STATEMENT]
+            parameters = {
+                "jobs": [job for job, _, _ in chunk],
+                "afters": [after for _, after, _ in chunk],
+                "uptos": [upto for _, _, upto in chunk],
+            }
+            for job, period in connection.execute(_EXISTING_POSTGRES, parameters):
+                found[job].add(period)
+    return found
+
+
+def advance_watermarks(
+    database: Database, moves: Sequence[tuple[str, datetime | None, datetime]]
+) -> None:
+    """Move each (job, seen, new) watermark from the value we read; a job whose watermark
+    another node moved first keeps that one. One statement per JOBS_PER_STATEMENT jobs on
+    PostgreSQL."""
+    if not database.is_postgres:
+        for job, seen, new in moves:
+            advance_watermark(database, job, seen, new)
+        return
+    with database.transaction() as connection:
+        for start in range(0, len(moves), JOBS_PER_STATEMENT):
+            chunk = moves[start : start + JOBS_PER_STATEMENT]
+            parameters = {
+                "names": [job for job, _, _ in chunk],
+                "seen": [seen for _, seen, _ in chunk],
+                "new": [new for _, _, new in chunk],
+            }
+            connection.execute(_ADVANCE_POSTGRES, parameters)
 
 
 def advance_watermark(database: Database, job: str, seen: datetime | None, new: datetime) -> bool:

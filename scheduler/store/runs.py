@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -28,6 +28,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 
@@ -90,15 +91,21 @@ class Failure:
 def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
     """Claim many periods at once; return the ones this node won, and those it skipped.
 
-    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per batch (SQLAlchemy
-    sends it as multi-row VALUES pages): a row comes back only for the periods nobody
-    held, so losing is silent. A period whose job is still running elsewhere is
-    inserted as `skipped` (reason overlap) by the same statement; on PostgreSQL that
-    check is serialised per job by transaction-scoped advisory locks, so no lock
-    outlives the statement and nothing depends on a session.
+    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per round of a chunk
+    (on PostgreSQL the periods travel as arrays; SQLAlchemy pages SQLite's as multi-row
+    VALUES): a row comes back only for the periods nobody held, so losing is silent. A
+    period whose job is still running elsewhere is inserted as `skipped` (reason
+    overlap) by the same statement; on PostgreSQL that check is serialised per job by
+    transaction-scoped advisory locks, so no lock outlives the statement and nothing
+    depends on a session.
     """
     result = ClaimResult([], [])
-    for chunk in _chunks_by_job(due):
+    chunks = list(_chunks_by_job(due))
+    # Every node cuts the same chunks but begins at its own place among them, so that
+    # replicas claiming one big batch win different chunks side by side instead of
+    # queueing behind whichever node locked the first chunk (which then won them all).
+    first = _rotation(holder, len(chunks))
+    for chunk in chunks[first:] + chunks[:first]:
         with database.transaction() as connection:
             if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
                 _lock_jobs(connection, {item.job for item in chunk})
@@ -123,6 +130,13 @@ def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
         jobs.add(item.job)
     if chunk:
         yield chunk
+
+
+def _rotation(holder: str, chunks: int) -> int:
+    if chunks < 2:
+        return 0
+    digest = hashlib.blake2b(holder.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % chunks
 
 
 def _rounds(due: Sequence[Due]) -> Iterator[list[Due]]:
@@ -453,20 +467,34 @@ def stale_from(row: Any, *, expired: bool) -> Stale:
     )
 
 
-def find_stale(database: Database, jobs: Sequence[str], limit: int) -> list[Stale]:
-    """Runs of these jobs whose lease expired or whose retry is due, oldest first."""
-    if not jobs:
-        return []
+def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[Stale]:
+    """Runs of these jobs whose lease expired or whose retry is due, oldest first.
+
+    The job names are not sent: a node may run 10,000 jobs and looks every second, and
+    stale runs are few. Runs of jobs this node does not know are paged past here.
+    """
+    known = set(jobs)
     now = database.now()
     expired = and_(runs.c.status.in_(ACTIVE), runs.c.lease_expires_at < now)
-    statement = (
-        select(*STALE_COLUMNS, expired.label("expired"))
-        .where(runs.c.job.in_(jobs), expired | (runs.c.retry_at <= now))
-        .order_by(runs.c.period)
-        .limit(limit)
-    )
+    found: list[Stale] = []
+    after: tuple[datetime, str] | None = None
     with database.transaction() as connection:
-        return [stale_from(row, expired=bool(row.expired)) for row in connection.execute(statement)]
+        while len(found) < limit:
+            statement = select(*STALE_COLUMNS, expired.label("expired")).where(
+                expired | (runs.c.retry_at <= now)
+            )
+            if after is not None:
+                statement = statement.where(tuple_(runs.c.period, runs.c.id) > tuple_(*after))
+            page = connection.execute(
+                statement.order_by(runs.c.period, runs.c.id).limit(limit)
+            ).all()
+            found += [
+                stale_from(row, expired=bool(row.expired)) for row in page if row.job in known
+            ]
+            if len(page) < limit:
+                break
+            after = (page[-1].period, page[-1].id)
+    return found[:limit]
 
 
 def retake(
@@ -610,16 +638,31 @@ def get(database: Database, job: str, period: datetime) -> dict[str, object] | N
     return dict(row._mapping) if row else None
 
 
-def seconds_until_recovery(database: Database, jobs: Sequence[str]) -> float | None:
+def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> float | None:
     """How long until the next lease of these jobs expires or retry falls due, by the
-    database clock; None if nothing is pending."""
-    if not jobs:
+    database clock; None if nothing is pending.
+
+    `jobs=None` (the recovery loop) asks about every job without sending names, and only
+    about deadlines still ahead: one already past belongs to a job no node here runs, or
+    is taken by the pass that follows anyway.
+    """
+    if jobs is None:
+        now = database.now()
+        lease_ahead = select(func.min(runs.c.lease_expires_at)).where(
+            runs.c.status.in_(ACTIVE), runs.c.lease_expires_at > now
+        )
+        retry_ahead = select(func.min(runs.c.retry_at)).where(runs.c.retry_at > now)
+        statement = select(
+            lease_ahead.scalar_subquery(), retry_ahead.scalar_subquery(), database.now()
+        )
+    elif not jobs:
         return None
-    statement = select(
-        func.min(case((runs.c.status.in_(ACTIVE), runs.c.lease_expires_at), else_=null())),
-        func.min(runs.c.retry_at),
-        database.now(),
-    ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))
+    else:
+        statement = select(
+            func.min(case((runs.c.status.in_(ACTIVE), runs.c.lease_expires_at), else_=null())),
+            func.min(runs.c.retry_at),
+            database.now(),
+        ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))
     with database.transaction() as connection:
         lease, retry, now = connection.execute(statement).one()
     deadlines = [_as_utc(moment) for moment in (lease, retry) if moment is not None]

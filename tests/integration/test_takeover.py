@@ -159,3 +159,26 @@ def test_a_retaken_older_period_waits_for_a_newer_one_that_runs(database: Databa
     assert runs.start(database, retaken, after_earlier=True) is Start.WAIT
     runs.finish(database, newer, RunStatus.SUCCEEDED, 5)
     assert runs.start(database, retaken, after_earlier=True) is Start.STARTED
+
+
+def test_stale_runs_of_jobs_this_node_does_not_run_are_paged_past(database: Database) -> None:
+    """The recovery loop sends no job names: other nodes' stale runs must not hide ours."""
+    strangers = [Due(f"other-{n}", PERIOD, 30) for n in range(5)]
+    ours = [Due("sync", NEXT, 30)]
+    for claim in runs.claim(database, strangers + ours, "node-a").won:
+        _expire(database, claim.id)
+    (stale,) = runs.find_stale(database, {"sync"}, 2)
+    assert (stale.job, stale.period) == ("sync", NEXT)
+    assert len(runs.find_stale(database, {f"other-{n}" for n in range(5)}, 2)) == 2
+
+
+def test_the_recovery_deadline_for_every_job_ignores_deadlines_already_past(
+    database: Database,
+) -> None:
+    (expired,) = runs.claim(database, [Due("gone", PERIOD, 30)], "node-a").won
+    _expire(database, expired.id)
+    assert runs.seconds_until_recovery(database, None) is None
+    runs.claim(database, [Due("sync", PERIOD, 30)], "node-a")
+    waited = runs.seconds_until_recovery(database, None)
+    assert waited is not None
+    assert 25 < waited <= 30
