@@ -99,7 +99,10 @@ def test_the_locks_pin_every_dependency_with_hashes(lock: str, requirements: lis
 
 
 def _extra_requirements(wanted: Requirement) -> list[Requirement]:
-    """What `name[extra]` adds, read from the installed distribution's metadata."""
+    """What `name[extra]` adds, read from the installed distribution's metadata (only
+    asked for when there are extras: build requirements are not installed here)."""
+    if not wanted.extras:
+        return []
     found = []
     for line in metadata.requires(wanted.name) or []:
         requirement = Requirement(line)
