@@ -27,6 +27,8 @@ class Timeline:
     def __init__(self, jobs: Iterable[Job], now: datetime) -> None:
         self._jobs = {job.name: job for job in jobs}
         self._heap: list[tuple[datetime, datetime, str]] = []
+        # Popped (job, period) whose next period is not computed yet; see pop_due.
+        self._popped: list[tuple[Job, datetime]] = []
         for job in self._jobs.values():
             # Periods whose jitter has not yet run out are still this loop's to claim.
             self._push(job, now - job.policy.jitter)
@@ -37,15 +39,25 @@ class Timeline:
             heapq.heappush(self._heap, (period + jitter_delay(job, period), period, job.name))
 
     def next_due(self) -> datetime | None:
+        self._reschedule()
         return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now: datetime) -> list[tuple[Job, datetime]]:
-        """Every (job, period) whose claim time is at or before `now`; each job is
-        rescheduled after its period."""
+        """Every (job, period) whose claim time is at or before `now`.
+
+        Each job is rescheduled after its period by the next call of `next_due` or
+        `pop_due`, not here: the fire times of 10,000 jobs due at once take about a
+        second to compute, and the daemon claims the periods first.
+        """
+        self._reschedule()
         due: list[tuple[Job, datetime]] = []
         while self._heap and self._heap[0][0] <= now:
             _, period, name = heapq.heappop(self._heap)
-            job = self._jobs[name]
-            due.append((job, period))
-            self._push(job, period)
+            due.append((self._jobs[name], period))
+        self._popped = due.copy()
         return due
+
+    def _reschedule(self) -> None:
+        for job, period in self._popped:
+            self._push(job, period)
+        self._popped.clear()

@@ -7,6 +7,7 @@ its lease learns so from a zero row count and cannot overwrite the new holder.
 from __future__ import annotations
 
 import hashlib
+import random
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -101,11 +102,11 @@ def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
     """
     result = ClaimResult([], [])
     chunks = list(_chunks_by_job(due))
-    # Every node cuts the same chunks but begins at its own place among them, so that
+    # Every node cuts the same chunks but takes them in an order of its own, so that
     # replicas claiming one big batch win different chunks side by side instead of
     # queueing behind whichever node locked the first chunk (which then won them all).
-    first = _rotation(holder, len(chunks))
-    for chunk in chunks[first:] + chunks[:first]:
+    # Each transaction locks one chunk's jobs in key order: no deadlock.
+    for chunk in random.sample(chunks, len(chunks)):
         with database.transaction() as connection:
             if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
                 _lock_jobs(connection, {item.job for item in chunk})
@@ -130,13 +131,6 @@ def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
         jobs.add(item.job)
     if chunk:
         yield chunk
-
-
-def _rotation(holder: str, chunks: int) -> int:
-    if chunks < 2:
-        return 0
-    digest = hashlib.blake2b(holder.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % chunks
 
 
 def _rounds(due: Sequence[Due]) -> Iterator[list[Due]]:

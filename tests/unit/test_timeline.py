@@ -56,3 +56,14 @@ def test_a_period_whose_jitter_has_not_passed_at_start_is_still_claimed() -> Non
     period = NOW  # due now, to be claimed up to ten minutes later
     timeline = Timeline([spread], NOW + jitter_delay(spread, period) - timedelta(seconds=1))
     assert timeline.pop_due(NOW + timedelta(minutes=10)) == [(spread, period)]
+
+
+def test_periods_due_together_are_popped_before_their_jobs_are_rescheduled() -> None:
+    """The daemon claims what pop_due returned before the next fire times are computed;
+    a job with several periods due gives them one call at a time, in order."""
+    ticker = _job("ticker", "* * * * * *")
+    timeline = Timeline([ticker], NOW)
+    later = NOW + timedelta(seconds=3)
+    popped = [timeline.pop_due(later) for _ in range(4)]
+    assert popped == [[(ticker, NOW + timedelta(seconds=s))] for s in (1, 2, 3)] + [[]]
+    assert timeline.next_due() == NOW + timedelta(seconds=4)
