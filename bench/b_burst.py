@@ -51,7 +51,12 @@ def run_once(smoke: bool) -> Figures:
                 raise RuntimeError(f"the nodes took more than {lead - 1}s to start; raise LEAD_S")
             harness.sleep_until(due - 0.5)
             before = harness.total_statements(nodes)
+            cpu_before = [node.cpu_seconds() for node in nodes]
+            machine_before = harness.machine_busy_seconds()
             finished_at = _wait_finished(url, count, due + 120)
+            busy = finished_at - (due - 0.5)
+            nodes_cpu = sum(n.cpu_seconds() - c for n, c in zip(nodes, cpu_before, strict=True))
+            machine_cpu = harness.machine_busy_seconds() - machine_before
             time.sleep(0.5)  # the counters flush every 0.2 s
             runs_only = harness.difference(harness.total_statements(nodes), before)
             harness.sleep_until(finished_at + CATCHUP_INTERVAL_S + 2)
@@ -70,6 +75,12 @@ def run_once(smoke: bool) -> Figures:
             "last_claim": last_claim.timestamp() - due,
             "last_start": last_start.timestamp() - due,
             "started": started,
+            "last_finish": finished_at - due,
+            "nodes_cpu": nodes_cpu / busy * 100,
+            "machine_cpu": machine_cpu / busy * 100,
+            "nodes_ms_per_run": nodes_cpu / count * 1000,
+            "machine_ms_per_run": machine_cpu / count * 1000,
+            "per_node": _busiest_share(url, due, count),
             "statements_per_run": runs_only["statements"] / count,
             "round_trips_per_run": runs_only["round_trips"] / count,
             "transactions_per_run": runs_only["transactions"] / count,
@@ -77,6 +88,16 @@ def run_once(smoke: bool) -> Figures:
             "duplicates": sum(n - 1 for n in ran.values() if n > 1),
             "missed": count - len(ran),
         }
+
+
+def _busiest_share(url: str, due: int, count: int) -> float:
+    """% of the periods won by the node that won most."""
+    held = harness.query(
+        url,
+        "SELECT count(*) FROM scheduler_runs WHERE period = %s GROUP BY holder",
+        (datetime.fromtimestamp(due, UTC),),
+    )
+    return max(int(won) for (won,) in held) / count * 100
 
 
 def _wait_finished(url: str, count: int, deadline: float) -> float:
@@ -94,6 +115,12 @@ ROWS = [
     Row("first_claim", "first claim after the instant", "s"),
     Row("last_claim", "last claim after the instant", "s", "< 1 s", lambda v: v < 1),
     Row("last_start", "last start after the instant", "s", "< 3 s", lambda v: v < 3),
+    Row("last_finish", "all runs finished after the instant (±0.2 s)", "s"),
+    Row("per_node", "share of the runs won by the busiest node", "%"),
+    Row("nodes_cpu", "CPU of the 3 nodes until all finished", "% core"),
+    Row("machine_cpu", "CPU of the whole machine until then (of 200 %)", "% core"),
+    Row("nodes_ms_per_run", "CPU of the nodes per run", "ms"),
+    Row("machine_ms_per_run", "CPU of the whole machine per run", "ms"),
     Row("statements_per_run", "statements per run (claim → finish)", "", "≤ 3", lambda v: v <= 3),
     Row("round_trips_per_run", "round trips per run (claim → finish)", ""),
     Row("transactions_per_run", "transactions per run (claim → finish)", ""),

@@ -35,12 +35,14 @@ def run_once(smoke: bool) -> Figures:
             last = first + duration - 1
             harness.sleep_until(first)
             cpu_before = [node.cpu_seconds() for node in nodes]
+            machine_before = harness.machine_busy_seconds()
             statements_before = harness.total_statements(nodes)
             harness.sleep_until(last + 1)
             cpu = [
                 (node.cpu_seconds() - before) / duration * 100
                 for node, before in zip(nodes, cpu_before, strict=True)
             ]
+            machine = (harness.machine_busy_seconds() - machine_before) / duration * 100
             statements = harness.difference(harness.total_statements(nodes), statements_before)
             rss = max(node.memory_mb()[0] for node in nodes)
             harness.sleep_until(last + 4)
@@ -65,6 +67,9 @@ def run_once(smoke: bool) -> Figures:
             "max": max(lags, default=math.nan),
             "cpu_max": max(cpu),
             "cpu_mean": statistics.mean(cpu),
+            "cpu_nodes": sum(cpu),
+            "machine_cpu": machine,
+            "machine_ms_per_run": machine * 10 / max(1, len(in_window) / duration),
             "rss": rss,
             "statements_per_run": statements["statements"] / max(1, len(in_window)),
             "duplicates": sum(n - 1 for n in ran.values() if n > 1),
@@ -79,6 +84,9 @@ ROWS = [
     Row("max", "start lag max", "ms"),
     Row("cpu_max", "CPU of the busiest node", "% core"),
     Row("cpu_mean", "CPU per node, mean", "% core"),
+    Row("cpu_nodes", "CPU of the 3 nodes together", "% core"),
+    Row("machine_cpu", "CPU of the whole machine (of 200 %)", "% core"),
+    Row("machine_ms_per_run", "CPU of the whole machine per completed run", "ms"),
     Row("rss", "RSS of the largest node", "MiB"),
     Row("statements_per_run", "statements per run", ""),
     Row("duplicates", "duplicates", "", "0", lambda v: v == 0, "max"),

@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -38,6 +39,7 @@ Figures = dict[str, float]
 # --- databases -------------------------------------------------------------------------
 
 _template: str | None = None
+_template_lock = threading.Lock()
 
 
 def _admin() -> psycopg.Connection[tuple[Any, ...]]:
@@ -50,6 +52,11 @@ def _url_for(name: str) -> str:
 
 def _migrated_template() -> str:
     """One migrated database per bench process, cloned for every scenario run."""
+    with _template_lock:
+        return _template or _create_template()
+
+
+def _create_template() -> str:
     global _template  # noqa: PLW0603 - a per-process cache
     if _template is None:
         name = f"scheduler_bench_template_{uuid.uuid4().hex[:8]}"
@@ -329,6 +336,14 @@ def sleep_until(instant: float) -> None:
         time.sleep(delay)
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (/proc/stat):
+    the nodes, PostgreSQL and anything else running (the machine is shared)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS
+
+
 def total_statements(nodes: Sequence[Node]) -> dict[str, Any]:
     """Counts summed over nodes, for a before/after difference."""
     total: dict[str, Any] = {"statements": 0, "round_trips": 0, "transactions": 0, "kinds": {}}
@@ -446,7 +461,13 @@ class Scenario:
         return summarise(self.rows, results), results
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so that nodes are stopped and databases dropped."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+
+
 def main(scenario: Scenario, argv: Sequence[str] | None = None) -> int:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=f"benchmark {scenario.key}: {scenario.title}")
     parser.add_argument("--smoke", action="store_true", help="a few seconds, small sizes")
     parser.add_argument("--runs", type=int, default=None, help="default 3 (1 with --smoke)")
