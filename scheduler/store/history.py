@@ -13,7 +13,7 @@ from sqlalchemy import String, bindparam, select, text, update
 
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.runs import Claim, Stale
+from scheduler.store.runs import STALE_COLUMNS, Claim, Stale, stale_from
 from scheduler.store.schema import UTCDateTime, jobs, runs
 
 # One INSERT statement carries at most this many rows (SQLite's variable limit).
@@ -191,31 +191,9 @@ def advance_watermark(database: Database, job: str, seen: datetime | None, new: 
 def runs_between(database: Database, job: str, first: datetime, last: datetime) -> list[Stale]:
     """Every run of the job with first <= period <= last, as takeover candidates."""
     statement = (
-        select(
-            runs.c.id,
-            runs.c.job,
-            runs.c.period,
-            runs.c.attempt,
-            runs.c.holder,
-            runs.c.status,
-            runs.c.lease_seconds,
-            runs.c.origin,
-        )
+        select(*STALE_COLUMNS)
         .where(runs.c.job == job, runs.c.period >= first, runs.c.period <= last)
         .order_by(runs.c.period)
     )
     with database.transaction() as connection:
-        return [
-            Stale(
-                id=row.id,
-                job=row.job,
-                period=row.period,
-                attempt=row.attempt,
-                holder=row.holder,
-                status=RunStatus(row.status),
-                lease_seconds=row.lease_seconds,
-                origin=Origin(row.origin),
-                expired=False,
-            )
-            for row in connection.execute(statement)
-        ]
+        return [stale_from(row, expired=False) for row in connection.execute(statement)]
