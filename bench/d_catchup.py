@@ -1,17 +1,20 @@
 """d: catch-up of one every-second job whose last 24 h (86,400 periods) have no runs.
 
-The job's row is seeded as first seen 24 h 10 min ago, so a pass finds 86,400 periods
-inside the default 1-day window plus 600 older ones, which every node records as
-missed; `periods_missed` is logged once the pass has written its plan, so node_started →
-periods_missed is how long the pass took to find and claim. Policy `all` claims the
+The job's row is seeded as first seen 24 h 10 min ago, so the first pass finds 86,400
+periods inside the 1-day window plus 600 older ones, which it records as missed. The
+time to find and claim runs from the first node_started to the moment the job's
+watermark moves, which a pass does after its plan is written. Policy `all` claims the
 oldest `catchup_limit` (default 1,000) and `latest` the newest, recording the other
-86,399 as skipped. Run with 1 and with 3 nodes at once: the cost should not grow.
+86,399 as skipped. With 1 and with 3 nodes at once: the cost should not grow. CPU is
+per node, from exec (about 0.7 s of start-up included) until the plan was written.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+
+import psycopg
 
 from bench import harness
 from bench.harness import Figures, Row, Scenario
@@ -33,13 +36,13 @@ def _one(policy: str, node_count: int, history: int) -> Figures:
         )
         nodes = [harness.start_node(folder, f"n{i}", url, jobs) for i in range(node_count)]
         with harness.running(nodes):
-            seconds = []
             for node in nodes:
-                node.wait_for("periods_missed", timeout=120)
-                seconds.append(node.time_of("periods_missed") - node.time_of("node_started"))
-            time.sleep(0.3)
+                node.wait_for("node_started")
+            started = min(node.time_of("node_started") for node in nodes)
+            done = _wait_for_watermark(url, deadline=time.time() + 120)
+            cpu = max(node.cpu_seconds() for node in nodes)
+            time.sleep(0.5)
             peak = max(node.memory_mb()[1] for node in nodes)
-            cpu = sum(node.cpu_seconds() for node in nodes)
             statements = harness.total_statements(nodes)["statements"]
         (rows, claimed) = harness.query(
             url,
@@ -47,13 +50,26 @@ def _one(policy: str, node_count: int, history: int) -> Figures:
             "FROM scheduler_runs WHERE origin = 'catchup'",
         )[0]
         return {
-            "seconds": max(seconds),
+            "seconds": done - started,
             "peak_rss": peak,
             "cpu": cpu,
             "statements": statements / node_count,
             "rows": rows,
             "claimed": claimed,
         }
+
+
+def _wait_for_watermark(url: str, deadline: float) -> float:
+    """When a pass has written its plan: it moves the job's watermark last."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        while time.time() < deadline:
+            row = connection.execute(
+                "SELECT caught_up_to IS NOT NULL FROM scheduler_jobs WHERE name = %s", (JOB,)
+            ).fetchone()
+            if row and row[0]:
+                return time.time()
+            time.sleep(0.01)
+    raise RuntimeError("no catch-up pass finished in time")
 
 
 def run_once(smoke: bool) -> Figures:
@@ -86,7 +102,7 @@ def _rows() -> list[Row]:
                     "< 200 MiB",
                     lambda v: v < 200,
                 ),
-                Row(f"cpu_{policy}_{nodes}", f"CPU of all nodes until then, {where}", "s"),
+                Row(f"cpu_{policy}_{nodes}", f"CPU of the busiest node until then, {where}", "s"),
                 Row(f"statements_{policy}_{nodes}", f"statements per node, {where}", ""),
                 Row(f"rows_{policy}_{nodes}", f"catch-up rows written, {where}", ""),
             ]

@@ -78,7 +78,8 @@ def render(command: str, results: Sequence[tuple[Any, list[dict[str, Any]]]], to
         f"- **Machine:** {machine()}",
         f"- **Date:** {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "- **Figures:** the median of the runs listed; duplicates and missed periods are "
-        "the worst run. Scenarios a and e ran side by side, the others one at a time.",
+        "the worst run. Scenario a (its 1-node and 3-node clusters) and scenario e ran side "
+        "by side, the others one at a time.",
         "",
         "| # | figure | result | runs | target | |",
         "| --- | --- | --- | --- | --- | --- |",
