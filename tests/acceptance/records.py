@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from scheduler.store.database import open_database
-from scheduler.store.schema import jobs, nodes, runs
+from scheduler.store.schema import attempts, jobs, nodes, runs
 
 
 def run_rows(database_url: str, job: str) -> list[dict[str, Any]]:
@@ -21,6 +21,23 @@ def run_rows(database_url: str, job: str) -> list[dict[str, Any]]:
                 select(runs).where(runs.c.job == job).order_by(runs.c.period)
             )
             return [dict(row._mapping) for row in result]
+    finally:
+        database.dispose()
+
+
+def attempt_rows(
+    database_url: str, *, job: str | None = None, run_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The superseded attempts kept in scheduler_attempts, oldest first."""
+    statement = select(attempts).order_by(attempts.c.attempt)
+    if job is not None:
+        statement = statement.where(attempts.c.job == job)
+    if run_id is not None:
+        statement = statement.where(attempts.c.run_id == run_id)
+    database = open_database(database_url)
+    try:
+        with database.transaction() as connection:
+            return [dict(row._mapping) for row in connection.execute(statement)]
     finally:
         database.dispose()
 

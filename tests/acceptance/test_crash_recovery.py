@@ -11,29 +11,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import select
 
 from scheduler.states import Reason, RunStatus
-from scheduler.store.database import open_database
-from scheduler.store.schema import attempts
 from tests.acceptance.processes import Node, start_node
-from tests.acceptance.records import run_rows
+from tests.acceptance.records import attempt_rows, run_rows
 from tests.acceptance.tcp_proxy import Proxy
 
 pytestmark = pytest.mark.slow
 LEASE_S = 3
-
-
-def _attempts(database_url: str, run_id: str) -> list[dict[str, object]]:
-    database = open_database(database_url)
-    try:
-        with database.transaction() as connection:
-            result = connection.execute(
-                select(attempts).where(attempts.c.run_id == run_id).order_by(attempts.c.attempt)
-            )
-            return [dict(row._mapping) for row in result]
-    finally:
-        database.dispose()
 
 
 def _lines(path: Path) -> list[list[str]]:
@@ -86,7 +71,7 @@ def test_sigkill_of_the_running_node_hands_the_period_to_another(
     assert codes == [0, 0]
     row = next(row for row in run_rows(postgres_url, "long") if row["id"] == run_id)
     assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
-    (dead,) = _attempts(postgres_url, run_id)
+    (dead,) = attempt_rows(postgres_url, run_id=run_id)
     assert (dead["status"], dead["reason"]) == (RunStatus.ABANDONED, Reason.LEASE_EXPIRED)
     assert str(dead["node"]).startswith(f"{victim.name}-")
     assert not str(row["holder"]).startswith(f"{victim.name}-")

@@ -7,27 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
 from scheduler.states import RunStatus
-from scheduler.store.database import open_database
-from scheduler.store.schema import attempts
 from tests.acceptance.processes import jobmods, run_command, start_node
-from tests.acceptance.records import run_rows
+from tests.acceptance.records import attempt_rows, run_rows
 
 pytestmark = pytest.mark.slow
-
-
-def _attempt_rows(database_url: str, job: str) -> list[dict[str, object]]:
-    database = open_database(database_url)
-    try:
-        with database.transaction() as connection:
-            result = connection.execute(
-                select(attempts).where(attempts.c.job == job).order_by(attempts.c.attempt)
-            )
-            return [dict(row._mapping) for row in result]
-    finally:
-        database.dispose()
 
 
 def _run_once(tmp_path: Path, database_url: str, job: str, module: str) -> tuple[int, float]:
@@ -58,7 +43,7 @@ def test_retries_back_off_and_end_failed(tmp_path: Path, database_url: str) -> N
     (row,) = run_rows(database_url, "always-fails")
     assert (row["status"], row["attempt"], row["retry_at"]) == (RunStatus.FAILED, 3, None)
     assert row["error_message"] == "attempt 3 failed"
-    earlier = _attempt_rows(database_url, "always-fails")
+    earlier = attempt_rows(database_url, job="always-fails")
     assert [(a["attempt"], a["status"], a["error_message"]) for a in earlier] == [
         (1, RunStatus.FAILED, "attempt 1 failed"),
         (2, RunStatus.FAILED, "attempt 2 failed"),
