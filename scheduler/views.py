@@ -335,9 +335,10 @@ def check_record(report: Report) -> Record:
 
 
 def check_text(record: Record, window: str) -> str:
+    width = max((len(finding["job"]) for finding in record["findings"]), default=0)
     lines = [
-        f"{finding['problem'].upper():<10}{finding['job']}  {short_time(finding['period'])}  "
-        f"{finding['detail']}"
+        f"{finding['problem'].upper():<10}{finding['job']:<{width}}  "
+        f"{short_time(finding['period'])}  {finding['detail']}"
         for finding in record["findings"]
     ]
     jobs = f"{record['jobs']} job{'' if record['jobs'] == 1 else 's'}"
