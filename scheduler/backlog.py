@@ -82,6 +82,8 @@ class CatchUp:
         self._node_id = node_id
         self._submit = submit
         self._log = log
+        # Each job's watermark as last read, and the first period after it.
+        self._quiet: dict[str, tuple[datetime, datetime | None]] = {}
 
     def run_pass(self, now: datetime) -> bool:
         """Handle every job once; True if some job has more history left to scan.
@@ -92,7 +94,7 @@ class CatchUp:
         scans = [
             scan
             for row in job_rows.all_jobs(self._database)
-            if row.name in self._jobs and (scan := _scan(self._jobs[row.name], row, now))
+            if row.name in self._jobs and (scan := self._scan(self._jobs[row.name], row, now))
         ]
         if not scans:
             return False
@@ -107,6 +109,19 @@ class CatchUp:
             more |= scan.more and not capped
         history.advance_watermarks(self._database, moves)
         return more
+
+    def _scan(self, job: Job, row: JobRow, now: datetime) -> Scan | None:
+        """`_scan`, skipped while the job's first period past its watermark is still ahead:
+        a pass then does no cron arithmetic for the thousands of jobs with nothing new
+        (an idle node with 10,000 yearly jobs spent 0.5 % of a core on it)."""
+        start = row.caught_up_to or row.first_seen
+        watermark, first = self._quiet.get(job.name, (None, None))
+        if watermark != start:
+            first = job.schedule.next_after(start)
+            self._quiet[job.name] = (start, first)
+        if first is None or first > now - job.policy.jitter:
+            return None
+        return _scan(job, row, now)
 
     def _job_pass(
         self, scan: Scan, existing: set[datetime], now: datetime

@@ -302,6 +302,9 @@ def _bisect_change(zone: ZoneInfo, low: datetime, high: datetime, offset: timede
 # --- parsing ----------------------------------------------------------------------
 
 
+# Jobs that share a schedule share its compiled plan (immutable): building APScheduler's
+# triggers took most of the start-up of a node with 10,000 jobs.
+@functools.lru_cache(maxsize=4096)
 def _compile(expression: str, timezone: str) -> _Plan:
     """Parse and check everything up front, so a bad schedule fails at load time."""
     texts = _split(expression)
