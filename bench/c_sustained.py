@@ -27,7 +27,12 @@ def run_once(smoke: bool) -> Figures:
         jobs = harness.job_module(folder, "bench_jobs", [("* * * * * *", count, "")])
         executions = folder / "executions.log"
         env = {"BENCH_EXECUTION_LOG": str(executions)}
-        nodes = [harness.start_node(folder, f"n{i}", url, jobs, env=env) for i in range(NODES)]
+        # The default 30 s grace: with a backlog, 2 s would abandon runs whose body had
+        # run but whose outcome was not written yet, and another node would run them again.
+        grace = ["--grace", "30s"]
+        nodes = [
+            harness.start_node(folder, f"n{i}", url, jobs, grace, env=env) for i in range(NODES)
+        ]
         with harness.running(nodes):
             for node in nodes:
                 node.wait_for("node_started")

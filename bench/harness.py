@@ -257,12 +257,18 @@ class Node:
         return document
 
     def stop(self, timeout: float = 20) -> None:
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+
+    def wait_stopped(self, timeout: float) -> None:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -322,12 +328,16 @@ def workspace(scenario: str) -> Iterator[Path]:
 
 @contextmanager
 def running(nodes: list[Node]) -> Iterator[list[Node]]:
-    """Stop every node on the way out, whatever happened."""
+    """Stop every node on the way out, whatever happened: all at once, so that none
+    retakes what another abandons at shutdown."""
     try:
         yield nodes
     finally:
         for node in nodes:
-            node.stop()
+            node.terminate()
+        deadline = time.monotonic() + 40
+        for node in nodes:
+            node.wait_stopped(max(0.1, deadline - time.monotonic()))
 
 
 def sleep_until(instant: float) -> None:
