@@ -1,6 +1,6 @@
 """Run every scenario (a to g) and write the figures into BENCHMARKS.md.
 
-    .venv/bin/python -m bench.run_all            # 3 runs each, about 13 minutes
+    .venv/bin/python -m bench.run_all            # 3 runs each, about 12 minutes
     .venv/bin/python -m bench.run_all --smoke    # 1 small run each, under 2 minutes
 
 Only the part of BENCHMARKS.md between the `figures` markers is rewritten; the notes
