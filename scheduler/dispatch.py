@@ -31,7 +31,7 @@ from scheduler.registry import Job
 from scheduler.states import Reason, RunStatus
 from scheduler.store import runs
 from scheduler.store.database import Database, first_line
-from scheduler.store.runs import Claim, Start
+from scheduler.store.runs import Claim, RunKey, Start
 
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
@@ -71,11 +71,11 @@ class Dispatcher:
         self._node_id = node_id
         self._log = log
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
-        self._active: dict[str, ActiveRun] = {}
+        self._active: dict[RunKey, ActiveRun] = {}
         # Jobs whose overlap policy is not `allow` run one period at a time on a node,
         # oldest first; their later claims (a catch-up backlog, retries) wait here.
         self._busy: set[str] = set()
-        self._waiting: dict[str, list[tuple[datetime, str]]] = {}
+        self._waiting: dict[str, list[tuple[datetime, RunKey]]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._closing = threading.Event()
@@ -109,9 +109,9 @@ class Dispatcher:
             active.future.set_result(None)
             return active.future
         with self._lock:
-            self._active[claim.id] = active
+            self._active[claim.key] = active
             if ordered and claim.job in self._busy:
-                heapq.heappush(self._waiting.setdefault(claim.job, []), (claim.period, claim.id))
+                heapq.heappush(self._waiting.setdefault(claim.job, []), (claim.period, claim.key))
             else:
                 if ordered:
                     self._busy.add(claim.job)
@@ -126,6 +126,8 @@ class Dispatcher:
         handed_over = False
         try:
             handed_over = self._execute(active.claim, active.context)
+        except Exception:  # a pool thread would swallow it silently; make it seen
+            active.context.log.exception("dispatch_crashed")
         finally:
             if not handed_over:
                 self._done(active)
@@ -134,11 +136,11 @@ class Dispatcher:
         """Forget a finished run and start the next waiting period of its job, if any."""
         job = active.claim.job
         with self._lock:
-            self._active.pop(active.claim.id, None)
+            self._active.pop(active.claim.key, None)
             waiting = self._waiting.get(job)
             if active.ordered and waiting and not self._stopping.is_set():
-                _, run_id = heapq.heappop(waiting)
-                self._launch(self._active[run_id])
+                _, key = heapq.heappop(waiting)
+                self._launch(self._active[key])
             elif active.ordered:
                 self._busy.discard(job)
         active.future.set_result(None)
@@ -147,10 +149,10 @@ class Dispatcher:
         with self._lock:
             return [active.claim for active in self._active.values()]
 
-    def lose(self, run_id: str) -> None:
+    def lose(self, key: RunKey) -> None:
         """The lease is gone: tell the job to stop; its outcome write will be refused."""
         with self._lock:
-            active = self._active.get(run_id)
+            active = self._active.get(key)
         if active and not active.context.cancelled.is_set():
             active.context.log.warning("lease_lost")
             metrics.record_lease_lost(active.claim.job)
@@ -237,8 +239,8 @@ class Dispatcher:
             waiting = self._waiting.get(claim.job)
             if not waiting or waiting[0][0] >= claim.period or self._stopping.is_set():
                 return False
-            _, earlier = heapq.heapreplace(waiting, (claim.period, claim.id))
-            self._active[claim.id].launched = False
+            _, earlier = heapq.heapreplace(waiting, (claim.period, claim.key))
+            self._active[claim.key].launched = False
             self._launch(self._active[earlier])
             return True
 

@@ -17,6 +17,7 @@ from scheduler.clock import SKEW_WARNING, Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
+from scheduler.store.runs import RunKey
 from scheduler.supervision import SideThread
 
 
@@ -40,7 +41,7 @@ class Keeper(SideThread):
         self._interval = interval
         self._clock = clock
         self._skewed = False
-        self._renewed_at: dict[str, float] = {}
+        self._renewed_at: dict[RunKey, float] = {}
         self.last_beat: float | None = None
 
     @property
@@ -63,17 +64,17 @@ class Keeper(SideThread):
             self._log.warning("heartbeat_failed", error=first_line(error.orig))
             renewed = set()
             for claim in held:
-                since = self._renewed_at.setdefault(claim.id, now)
+                since = self._renewed_at.setdefault(claim.key, now)
                 if now - since >= claim.lease_seconds:
-                    self._dispatcher.lose(claim.id)
+                    self._dispatcher.lose(claim.key)
             return
         self.last_beat = now
         for claim in held:
-            if claim.id in renewed:
-                self._renewed_at[claim.id] = now
+            if claim.key in renewed:
+                self._renewed_at[claim.key] = now
             else:
-                self._dispatcher.lose(claim.id)
-        self._renewed_at = {run_id: self._renewed_at[run_id] for run_id in renewed}
+                self._dispatcher.lose(claim.key)
+        self._renewed_at = {key: self._renewed_at[key] for key in renewed}
 
     def calibrate(self) -> None:
         """Measure this host's clock against the database's; warn once when they drift apart."""

@@ -42,6 +42,8 @@ ACTIVE = [status.value for status in ACTIVE_STATUSES]
 RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDONED.value]
 # Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
 JOBS_PER_TRANSACTION = 500
+# (run id, attempt): the fencing pair that names one attempt of a run.
+RunKey = tuple[str, int]
 _other = runs.alias("other")
 
 
@@ -71,6 +73,11 @@ class Claim:
     holder: str
     lease_seconds: float
     origin: Origin
+
+    @property
+    def key(self) -> RunKey:
+        """One attempt of one run: a node may hold a later attempt of a run it lost."""
+        return (self.id, self.attempt)
 
 
 @dataclass(frozen=True)
@@ -390,11 +397,11 @@ def finish(
         return connection.execute(statement).rowcount == 1
 
 
-def renew_leases(database: Database, claims: Sequence[Claim]) -> set[str]:
-    """Push the lease of each held run forward; return the ids still ours."""
+def renew_leases(database: Database, claims: Sequence[Claim]) -> set[RunKey]:
+    """Push the lease of each held run forward; return the attempts still ours."""
     if not claims:
         return set()
-    renewed: set[str] = set()
+    renewed: set[RunKey] = set()
     by_lease: dict[float, list[Claim]] = {}
     for held in claims:
         by_lease.setdefault(held.lease_seconds, []).append(held)
@@ -410,11 +417,11 @@ def renew_leases(database: Database, claims: Sequence[Claim]) -> set[str]:
                 .values(lease_expires_at=database.now_plus(seconds))
                 .returning(runs.c.id, runs.c.attempt)
             )
-            attempts_held = {held.id: held.attempt for held in group}
+            held_keys = {held.key for held in group}
             renewed |= {
-                run_id
+                (run_id, attempt)
                 for run_id, attempt in connection.execute(statement)
-                if attempts_held[run_id] == attempt
+                if (run_id, attempt) in held_keys
             }
     return renewed
 

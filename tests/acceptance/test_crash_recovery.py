@@ -151,8 +151,19 @@ def test_terminated_connections_do_not_stop_the_daemon(tmp_path: Path, postgres_
     assert len(later) >= 3, "the schedule did not go on after the connections were killed"
 
 
-def test_a_database_that_refuses_connections_for_a_while(tmp_path: Path, postgres_url: str) -> None:
-    """The database goes away mid-run and comes back: the node waits, reconnects, goes on."""
+@pytest.mark.parametrize(
+    "outage_s", [1.0, LEASE_S + 3.0], ids=["shorter-than-the-lease", "longer-than-the-lease"]
+)
+def test_a_database_that_refuses_connections_for_a_while(
+    tmp_path: Path, postgres_url: str, outage_s: float
+) -> None:
+    """The database goes away mid-run and comes back: the node waits, reconnects, goes on.
+
+    When the outage outlasts the lease, the node gives the run up (`lease_lost`) and its
+    own recovery may retake it as attempt 2 while attempt 1 is still in the job function:
+    then attempt 1's late outcome is refused and attempt 2 runs after it, never beside it.
+    Either way the period ends succeeded, once.
+    """
     proxy = Proxy(target_port=5432)
     proxy.start()
     base, _, name = postgres_url.rpartition("/")
@@ -168,7 +179,7 @@ def test_a_database_that_refuses_connections_for_a_while(tmp_path: Path, postgre
         proxy.cut()
         cut_at = time.time()
         node.wait_for(lambda event: event.get("event") == "database_unavailable", timeout=15)
-        time.sleep(2)
+        time.sleep(outage_s)
         proxy.start()
         node.wait_for(
             lambda event: (
@@ -178,12 +189,31 @@ def test_a_database_that_refuses_connections_for_a_while(tmp_path: Path, postgre
             ),
             timeout=20,
         )
+        finished = node.wait_for(
+            lambda event: (
+                event.get("event") == "run_succeeded" and event.get("run_id") == started["run_id"]
+            ),
+            timeout=20,
+        )
         assert node.process.poll() is None
     finally:
         assert node.stop() == 0
         proxy.cut()
     row = next(row for row in run_rows(postgres_url, "long") if row["id"] == started["run_id"])
-    assert row["status"] == RunStatus.SUCCEEDED
+    assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, finished["attempt"])
+    about_the_run = [event for event in node.events() if event.get("run_id") == row["id"]]
+    refused = [e["attempt"] for e in about_the_run if e["event"] == "run_outcome_refused"]
+    assert refused == list(range(1, finished["attempt"])), "every earlier attempt was fenced off"
+    if outage_s > LEASE_S:
+        assert [e["attempt"] for e in about_the_run if e["event"] == "lease_lost"] == [1]
+    # The job's own log: each attempt of the period starts only after the previous one ended.
+    steps = [
+        (int(attempt), what)
+        for period, _, attempt, what, job in (line for line in _lines(log) if len(line) == 5)
+        if job == "long" and period == row["period"].isoformat()
+    ]
+    expected = [(n, what) for n in range(1, finished["attempt"] + 1) for what in ("start", "done")]
+    assert steps == expected
     ran = sorted(
         (row["started_at"], row["finished_at"])
         for row in run_rows(postgres_url, "long")

@@ -93,5 +93,5 @@ def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
 def test_renewal_returns_only_runs_still_held(database: Database) -> None:
     first, second = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 60)], "node-a").won
     runs.finish(database, second, RunStatus.SUCCEEDED, 1)
-    assert runs.renew_leases(database, [first, second]) == {first.id}
+    assert runs.renew_leases(database, [first, second]) == {first.key}
     assert runs.renew_leases(database, [replace(first, attempt=2)]) == set()
