@@ -167,6 +167,8 @@ def _whole_second(instant: datetime) -> datetime:
 
 # --- the arithmetic ---------------------------------------------------------------
 
+_ANSWERS_KEPT = 256
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -175,15 +177,29 @@ class _Plan:
     triggers: tuple[Any, ...]
     zone: ZoneInfo | None
     follows_elapsed_time: bool
+    # Jobs that share a schedule share its plan and mostly ask about the same instants
+    # (10,000 jobs due at one minute all want the period after it): remember answers.
+    _answers: dict[datetime, datetime | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def next_after(self, after: datetime) -> datetime | None:
         """First period > `after` (aware UTC, whole second)."""
         try:
+            return self._answers[after]
+        except KeyError:
+            pass
+        try:
             if self.zone is None:
-                return self.wall_clock_match(after + _SECOND)
-            return self._next_in_zone(self.zone, after)
+                answer = self.wall_clock_match(after + _SECOND)
+            else:
+                answer = self._next_in_zone(self.zone, after)
         except OverflowError:  # past the year 9999
-            return None
+            answer = None
+        if len(self._answers) >= _ANSWERS_KEPT:
+            self._answers.clear()
+        self._answers[after] = answer
+        return answer
 
     def last_until(self, low: datetime, end: datetime) -> datetime:
         """The newest period <= end, given that a period lies in (low, end]; bisects in

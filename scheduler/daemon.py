@@ -7,6 +7,7 @@ them dies, the node stops rather than run without it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,17 +156,22 @@ class Daemon:
         if not due:
             return []
         try:
-            result = runs.claim(self._database, due, self._node.id)
+            result = runs.claim(self._database, due, self._node.id, committed=self._dispatch)
         except DBAPIError as error:
             self._log.warning("claim_failed", error=first_line(error.orig), periods=len(due))
+            # Chunks committed before the fault were dispatched; the rest is retried,
+            # and a period claimed meanwhile by another node is simply lost to it.
             return [item for item in due if now - item.period < LATE_LIMIT]
-        self._report(due, result)
         metrics.record_claims(len(due), result.won, result.skipped)
-        for claim in result.won:
-            self.dispatcher.submit(claim)
+        if self._log.isEnabledFor(logging.DEBUG):
+            taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
+            for item in due:
+                if (item.job, item.period) not in taken:
+                    self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
         return []
 
-    def _report(self, due: list[Due], result: ClaimResult) -> None:
+    def _dispatch(self, result: ClaimResult) -> None:
+        """One committed chunk of a claim: log it and start its runs right away."""
         for claim in result.won:
             self._log.info(
                 "run_claimed",
@@ -182,10 +188,8 @@ class Daemon:
                 run_id=claim.id,
                 reason=result.reasons[claim.id].value,
             )
-        taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
-        for item in due:
-            if (item.job, item.period) not in taken:
-                self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
+        for claim in result.won:
+            self.dispatcher.submit(claim)
 
     def _shutdown(self) -> int:
         self._stop.set()

@@ -2,7 +2,8 @@
 
 The dispatcher owns the runs this node holds. Each run marks itself running,
 calls the job, and records the outcome, retrying that write through database
-faults until it lands or is refused by the fence.
+faults until it lands or is refused by the fence. Those writes go through the
+node's RunWriter, which groups the writes of concurrent runs into one transaction.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from scheduler.invoke import Outcome, invoke
 from scheduler.ledger import Ledger
 from scheduler.policy import Overlap, Policy
 from scheduler.registry import Job
+from scheduler.runwriter import RunWriter
 from scheduler.states import Reason, RunStatus
-from scheduler.store import runs
 from scheduler.store.database import Database, first_line
-from scheduler.store.runs import Claim, RunKey, Start
+from scheduler.store.runs import Claim, Finish, RunKey, Start
 
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
@@ -71,6 +72,7 @@ class Dispatcher:
         self._node_id = node_id
         self._log = log
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
+
         self._active: dict[RunKey, ActiveRun] = {}
         # Jobs whose overlap policy is not `allow` run one period at a time on a node,
         # oldest first; their later claims (a catch-up backlog, retries) wait here.
@@ -79,6 +81,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._closing = threading.Event()
+        self._writer = RunWriter(database, self._closing, log)
         self._loop: asyncio.AbstractEventLoop | None = None
         if any(job.is_async for job in jobs.values()):
             self._loop = asyncio.new_event_loop()
@@ -125,7 +128,7 @@ class Dispatcher:
     def _run(self, active: ActiveRun) -> None:
         handed_over = False
         try:
-            handed_over = self._execute(active.claim, active.context)
+            handed_over = self._execute(active)
         except Exception:  # a pool thread would swallow it silently; make it seen
             active.context.log.exception("dispatch_crashed")
         finally:
@@ -179,20 +182,17 @@ class Dispatcher:
         pass take it at once."""
         context.cancelled.set()
         abandon = partial(
-            runs.finish,
-            self._database,
-            claim,
-            RunStatus.ABANDONED,
-            None,
-            reason=Reason.SHUTDOWN,
-            retry_in=0,
+            self._writer.finish_now,
+            Finish(claim, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0),
         )
         if self._persist(context.log, abandon, default=False):
             context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
             metrics.record_finish(claim.job, RunStatus.ABANDONED, None)
 
-    def _execute(self, claim: Claim, context: RunContext) -> bool:
-        """Run one claim to its end; True if it went back to wait behind an earlier period."""
+    def _execute(self, active: ActiveRun) -> bool:
+        """Run one claim; True when it goes on elsewhere: it went back to wait behind an
+        earlier period, or its outcome is with the writer, which ends it."""
+        claim, context = active.claim, active.context
         log, job = context.log, self._jobs[claim.job]
         started = self._wait_and_start(claim, job, context)
         if started is None:
@@ -206,8 +206,8 @@ class Dispatcher:
         began = time.monotonic()
         outcome = invoke(job, context, self._loop)
         duration_ms = round((time.monotonic() - began) * 1000)
-        self._record(claim, job, context, outcome, duration_ms)
-        return False
+        self._record(active, job, outcome, duration_ms)
+        return True
 
     def _wait_and_start(self, claim: Claim, job: Job, context: RunContext) -> bool | None:
         """Start once no earlier period of the job is active, unless its overlap is `allow`.
@@ -219,7 +219,7 @@ class Dispatcher:
         while True:
             started = self._persist(
                 context.log,
-                partial(runs.start, self._database, claim, after_earlier=queued),
+                partial(self._writer.start, claim, after_earlier=queued),
                 default=Start.LOST,
             )
             if started is not Start.WAIT:
@@ -244,29 +244,48 @@ class Dispatcher:
             self._launch(self._active[earlier])
             return True
 
-    def _record(
-        self, claim: Claim, job: Job, context: RunContext, outcome: Outcome, duration_ms: int
-    ) -> None:
+    def _record(self, active: ActiveRun, job: Job, outcome: Outcome, duration_ms: int) -> None:
+        """Hand the outcome to the writer; the run ends when it is written or refused."""
+        claim = active.claim
         retry_in = None
         if outcome.status is not RunStatus.SUCCEEDED and claim.attempt < job.policy.max_attempts:
             retry_in = retry_delay(job.policy, claim.attempt)
-        finish = partial(
-            runs.finish,
-            self._database,
-            claim,
-            outcome.status,
-            duration_ms,
-            failure=outcome.failure,
-            retry_in=retry_in,
+        finish = Finish(claim, outcome.status, duration_ms, outcome.failure, retry_in=retry_in)
+        self._writer.finish_later(
+            finish, partial(self._recorded, active, outcome, duration_ms, retry_in)
         )
-        log = context.log
-        if not self._persist(log, finish, default=False):
+
+    def _recorded(
+        self,
+        active: ActiveRun,
+        outcome: Outcome,
+        duration_ms: int,
+        retry_in: float | None,
+        written: bool | None,
+    ) -> None:
+        try:
+            self._report(active, outcome, duration_ms, retry_in, written)
+        finally:
+            self._done(active)
+
+    def _report(
+        self,
+        active: ActiveRun,
+        outcome: Outcome,
+        duration_ms: int,
+        retry_in: float | None,
+        written: bool | None,
+    ) -> None:
+        log, job = active.context.log, active.claim.job
+        if written is None:
+            return  # the writer logged run_outcome_lost
+        if not written:
             log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
         elif outcome.status is RunStatus.SUCCEEDED:
             log.info("run_succeeded", duration_ms=duration_ms)
-            metrics.record_finish(claim.job, outcome.status, duration_ms)
+            metrics.record_finish(job, outcome.status, duration_ms)
         else:
-            metrics.record_finish(claim.job, outcome.status, duration_ms)
+            metrics.record_finish(job, outcome.status, duration_ms)
             assert outcome.failure is not None
             event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
             log.error(

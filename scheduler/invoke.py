@@ -46,9 +46,14 @@ def describe(error: BaseException) -> Failure:
     """A job's exception as stored data: qualified type, message, traceback tail."""
     return Failure(
         type=f"{type(error).__module__}.{type(error).__qualname__}",
-        message=str(error)[:MESSAGE_LIMIT],
-        traceback="".join(traceback.format_exception(error))[-TRACEBACK_LIMIT:],
+        message=_storable(str(error))[:MESSAGE_LIMIT],
+        traceback=_storable("".join(traceback.format_exception(error)))[-TRACEBACK_LIMIT:],
     )
+
+
+def _storable(text: str) -> str:
+    """PostgreSQL text cannot hold NUL; a message carrying one must not wedge its outcome."""
+    return text.replace("\x00", "\\x00")
 
 
 def invoke(job: Job, context: RunContext, loop: asyncio.AbstractEventLoop | None) -> Outcome:

@@ -63,6 +63,11 @@ def configure(log_format: LogFormat, level: str) -> None:
             ],
         )
     )
+    # Nothing we render needs the caller's frame, thread or process from a LogRecord;
+    # finding the caller walks the stack on every line (`_srcfile` is the logging
+    # module's documented switch for that), which a busy node pays per run.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

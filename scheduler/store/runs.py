@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -96,7 +96,12 @@ class Failure:
     traceback: str
 
 
-def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
+def claim(
+    database: Database,
+    due: Sequence[Due],
+    holder: str,
+    committed: Callable[[ClaimResult], None] | None = None,
+) -> ClaimResult:
     """Claim many periods at once; return the ones this node won, and those it skipped.
 
     One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per round of a chunk
@@ -112,17 +117,25 @@ def claim(database: Database, due: Sequence[Due], holder: str) -> ClaimResult:
     # Every node cuts the same chunks but takes them in an order of its own, so that
     # replicas claiming one big batch win different chunks side by side instead of
     # queueing behind whichever node locked the first chunk (which then won them all).
-    # Each transaction locks one chunk's jobs in key order: no deadlock.
+    # Each transaction locks one chunk's jobs in key order: no deadlock. `committed`
+    # hears of each chunk's claims as soon as they are committed, so that they can
+    # start while the next chunk is claimed.
     for chunk in random.sample(chunks, len(chunks)):
+        part = ClaimResult([], [])
         with database.transaction() as connection:
             if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
                 _lock_jobs(connection, {item.job for item in chunk})
             for batch in _rounds(chunk):
                 if database.is_postgres:
-                    _insert_claims_postgres(connection, batch, holder, result)
+                    _insert_claims_postgres(connection, batch, holder, part)
                     continue
                 for group in _statement_groups(database, batch):
-                    _insert_claims(database, connection, group, holder, result)
+                    _insert_claims(database, connection, group, holder, part)
+        result.won.extend(part.won)
+        result.skipped.extend(part.skipped)
+        result.reasons.update(part.reasons)
+        if committed is not None:
+            committed(part)
     return result
 
 
@@ -327,40 +340,32 @@ class Start(Enum):
     LOST = "lost"
 
 
-def start(database: Database, claim: Claim, *, after_earlier: bool = False) -> Start:
-    """Mark the run as running if it is still ours.
+@dataclass(frozen=True)
+class StartRequest:
+    """Mark a held run as running. `after_earlier` (any overlap but `allow`): only when
+    no other period of the job is running and no earlier one waits; otherwise WAIT."""
 
-    With `after_earlier` (any overlap but `allow`) it starts only when no other period
-    of the job is running and no earlier one waits, checked in the same statement;
-    otherwise the answer is WAIT. So a period retaken late never runs beside a newer
-    one, and waiting periods start oldest first.
-    """
-    conditions = [_fenced(claim), runs.c.status == RunStatus.CLAIMED.value]
-    if after_earlier:
-        conditions.append(
-            ~exists().where(
-                _other.c.job == claim.job,
-                _other.c.id != claim.id,
-                or_(
-                    _other.c.status == RunStatus.RUNNING.value,
-                    and_(
-                        _other.c.status == RunStatus.CLAIMED.value,
-                        _other.c.period < claim.period,
-                    ),
-                ),
-            )
-        )
-    statement = (
-        update(runs)
-        .where(*conditions)
-        .values(status=RunStatus.RUNNING.value, started_at=database.now())
-    )
-    with database.transaction() as connection:
-        if connection.execute(statement).rowcount == 1:
-            return Start.STARTED
-        if after_earlier and connection.execute(select(runs.c.id).where(_fenced(claim))).first():
-            return Start.WAIT
-    return Start.LOST
+    claim: Claim
+    after_earlier: bool = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How an attempt ended. `retry_in` marks the period for another attempt after that
+    many seconds; any node's recovery pass may take it then."""
+
+    claim: Claim
+    status: RunStatus
+    duration_ms: int | None
+    failure: Failure | None = None
+    reason: Reason | None = None
+    retry_in: float | None = None
+
+
+def start(database: Database, claim: Claim, *, after_earlier: bool = False) -> Start:
+    """Mark one run as running if it is still ours (see `record`)."""
+    _, (started,) = record(database, [], [StartRequest(claim, after_earlier)])
+    return started
 
 
 def finish(
@@ -373,28 +378,187 @@ def finish(
     reason: Reason | None = None,
     retry_in: float | None = None,
 ) -> bool:
-    """Record the outcome if we still hold the run; False means it was refused.
+    """Record one outcome if we still hold the run; False means it was refused."""
+    (applied,), _ = record(
+        database, [Finish(claim, status, duration_ms, failure, reason, retry_in)], []
+    )
+    return applied
 
-    `retry_in` marks the period for another attempt after that many seconds; any node's
-    recovery pass may take it then.
+
+def record(
+    database: Database, outcomes: Sequence[Finish], starts: Sequence[StartRequest]
+) -> tuple[list[bool], list[Start]]:
+    """Write many outcomes, then many starts, in one transaction; each row fenced on
+    (id, attempt, holder) on its own, so one refused row does not refuse the others.
+
+    Outcomes go first so that a queued period may start in the same transaction as the
+    period it waited for ends. On PostgreSQL each kind is one statement whatever the
+    batch size (arrays again); SQLite, local and single-writer, takes a statement a row.
     """
+    with database.transaction() as connection:
+        if database.is_postgres:
+            applied = _finish_postgres(connection, outcomes)
+            started = _start_postgres(connection, starts)
+        else:
+            applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
+            started = [_start_one(database, connection, request) for request in starts]
+    return applied, started
+
+
+def _earlier_active(job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+    return exists().where(
+        _other.c.job == job,
+        _other.c.id != run_id,
+        or_(
+            _other.c.status == RunStatus.RUNNING.value,
+            and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
+        ),
+    )
+
+
+def _start_one(database: Database, connection: Connection, request: StartRequest) -> Start:
+    claim = request.claim
+    conditions = [_fenced(claim), runs.c.status == RunStatus.CLAIMED.value]
+    if request.after_earlier:
+        conditions.append(~_earlier_active(claim.job, claim.id, claim.period))
     statement = (
         update(runs)
-        .where(_fenced(claim))
+        .where(*conditions)
+        .values(status=RunStatus.RUNNING.value, started_at=database.now())
+    )
+    if connection.execute(statement).rowcount == 1:
+        return Start.STARTED
+    if (
+        request.after_earlier
+        and connection.execute(select(runs.c.id).where(_fenced(claim))).first()
+    ):
+        return Start.WAIT
+    return Start.LOST
+
+
+def _finish_one(database: Database, connection: Connection, outcome: Finish) -> bool:
+    failure = outcome.failure
+    statement = (
+        update(runs)
+        .where(_fenced(outcome.claim))
         .values(
-            status=status.value,
-            reason=reason.value if reason else None,
+            status=outcome.status.value,
+            reason=outcome.reason.value if outcome.reason else None,
             finished_at=database.now(),
-            duration_ms=duration_ms,
+            duration_ms=outcome.duration_ms,
             lease_expires_at=None,
-            retry_at=None if retry_in is None else database.now_plus(retry_in),
+            retry_at=None if outcome.retry_in is None else database.now_plus(outcome.retry_in),
             error_type=failure.type if failure else None,
             error_message=failure.message if failure else None,
             error_traceback=failure.traceback if failure else None,
         )
     )
-    with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+    return bool(connection.execute(statement).rowcount == 1)
+
+
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+
+_START_POSTGRES = text(
+    f"""
+    UPDATE {runs.name} AS run SET status = 'running', started_at = now()
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+                CAST(:ordered AS BOOLEAN[])) AS wanted(id, attempt, holder, ordered)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
+      AND run.attempt = wanted.attempt
+      AND run.holder = wanted.holder AND run.status = 'claimed'
+      AND NOT (wanted.ordered AND EXISTS (
+          SELECT FROM {runs.name} AS other
+          WHERE other.job = run.job AND other.id <> run.id
+            AND (other.status = 'running'
+                 OR (other.status = 'claimed' AND other.period < run.period))))
+    RETURNING run.id, run.attempt, run.holder
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+_STILL_HELD_POSTGRES = text(
+    f"""
+    SELECT run.id, run.attempt, run.holder FROM {runs.name} AS run
+    JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
+         AS wanted(id, attempt, holder)
+      ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.status IN ({_ACTIVE_SQL})
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _fence(claim: Claim) -> tuple[str, int, str]:
+    return (claim.id, claim.attempt, claim.holder)
+
+
+def _fence_arrays(claims: Sequence[Claim]) -> dict[str, list[Any]]:
+    return {
+        "ids": [claim.id for claim in claims],
+        "attempts": [claim.attempt for claim in claims],
+        "holders": [claim.holder for claim in claims],
+    }
+
+
+def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) -> list[Start]:
+    if not requests:
+        return []
+    claims = [request.claim for request in requests]
+    parameters = {**_fence_arrays(claims), "ordered": [r.after_earlier for r in requests]}
+    started = {tuple(row) for row in connection.execute(_START_POSTGRES, parameters)}
+    waiting = [r.claim for r in requests if r.after_earlier and _fence(r.claim) not in started]
+    held = set()
+    if waiting:
+        held = {
+            tuple(row) for row in connection.execute(_STILL_HELD_POSTGRES, _fence_arrays(waiting))
+        }
+    return [
+        Start.STARTED
+        if _fence(request.claim) in started
+        else Start.WAIT
+        if _fence(request.claim) in held
+        else Start.LOST
+        for request in requests
+    ]
+
+
+_FINISH_POSTGRES = text(
+    f"""
+    UPDATE {runs.name} AS run
+    SET status = done.status, reason = done.reason, finished_at = now(),
+        duration_ms = done.duration_ms, lease_expires_at = NULL,
+        retry_at = now() + make_interval(secs => done.retry_in),
+        error_type = done.error_type, error_message = done.error_message,
+        error_traceback = done.error_traceback
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+                CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]),
+                CAST(:durations AS INT[]), CAST(:retry_in AS FLOAT8[]),
+                CAST(:error_types AS TEXT[]), CAST(:error_messages AS TEXT[]),
+                CAST(:error_tracebacks AS TEXT[]))
+         AS done(id, attempt, holder, status, reason, duration_ms, retry_in,
+                 error_type, error_message, error_traceback)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
+      AND run.attempt = done.attempt AND run.holder = done.holder
+      AND run.status IN ({_ACTIVE_SQL})
+    RETURNING run.id, run.attempt, run.holder
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
+    if not outcomes:
+        return []
+    failures = [outcome.failure for outcome in outcomes]
+    parameters = {
+        **_fence_arrays([outcome.claim for outcome in outcomes]),
+        "statuses": [outcome.status.value for outcome in outcomes],
+        "reasons": [outcome.reason.value if outcome.reason else None for outcome in outcomes],
+        "durations": [outcome.duration_ms for outcome in outcomes],
+        "retry_in": [outcome.retry_in for outcome in outcomes],
+        "error_types": [failure.type if failure else None for failure in failures],
+        "error_messages": [failure.message if failure else None for failure in failures],
+        "error_tracebacks": [failure.traceback if failure else None for failure in failures],
+    }
+    applied = {tuple(row) for row in connection.execute(_FINISH_POSTGRES, parameters)}
+    return [_fence(outcome.claim) in applied for outcome in outcomes]
 
 
 def renew_leases(database: Database, claims: Sequence[Claim]) -> set[RunKey]:

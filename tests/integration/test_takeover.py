@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
@@ -10,7 +11,7 @@ from sqlalchemy import select, update
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import runs
 from scheduler.store.database import Database
-from scheduler.store.runs import Due, Failure, Start
+from scheduler.store.runs import Due, Failure, Finish, Start, StartRequest
 from scheduler.store.schema import attempts
 from scheduler.store.schema import runs as runs_table
 
@@ -182,3 +183,38 @@ def test_the_recovery_deadline_for_every_job_ignores_deadlines_already_past(
     waited = runs.seconds_until_recovery(database, None)
     assert waited is not None
     assert 25 < waited <= 30
+
+
+def test_one_batch_fences_each_row_on_its_own(database: Database) -> None:
+    """A batch of outcomes and starts: a refused row does not refuse its neighbours."""
+    held, other = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 30)], "n").won
+    (waiting,) = runs.claim(database, [Due("c", PERIOD, 30)], "n").won
+    stale = replace(other, attempt=2)
+    applied, started = runs.record(
+        database,
+        [Finish(held, RunStatus.SUCCEEDED, 4), Finish(stale, RunStatus.FAILED, 4)],
+        [StartRequest(waiting), StartRequest(replace(waiting, holder="someone-else"))],
+    )
+    assert (applied, started) == ([True, False], [Start.STARTED, Start.LOST])
+    statuses = {job: runs.get(database, job, PERIOD) for job in "abc"}
+    assert {job: row["status"] for job, row in statuses.items() if row} == {
+        "a": RunStatus.SUCCEEDED,
+        "b": RunStatus.CLAIMED,
+        "c": RunStatus.RUNNING,
+    }
+
+
+def test_one_batch_starts_the_oldest_queued_period_and_holds_the_next(database: Database) -> None:
+    due = [Due("sync", period, 30, overlap_limit=None) for period in (PERIOD, NEXT)]
+    older, newer = sorted(runs.claim(database, due, "n").won, key=lambda claim: claim.period)
+    _, started = runs.record(
+        database, [], [StartRequest(newer, after_earlier=True), StartRequest(older, True)]
+    )
+    assert started == [Start.WAIT, Start.STARTED]
+    # The older one ends and the newer one starts in the same transaction.
+    applied, started = runs.record(
+        database,
+        [Finish(older, RunStatus.SUCCEEDED, 9)],
+        [StartRequest(newer, after_earlier=True)],
+    )
+    assert (applied, started) == ([True], [Start.STARTED])

@@ -1,0 +1,123 @@
+"""The start and finish writes of the runs a node holds, sharing transactions.
+
+Starts: a run waits for its own answer (its fence may refuse it alone), but the starts
+of runs that begin at the same moment travel together (group commit). Outcomes: the
+worker thread hands the outcome over and moves on to the next run; one writer thread
+sends every outcome waiting at that moment in one statement, retries through database
+faults, and calls back when each is written or refused. A burst of 10,000 short runs
+so costs a few hundred transactions, not 20,000, and no worker waits on a commit
+after its job has returned.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import structlog
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from scheduler.groupcommit import MAX_BATCH, GroupCommit
+from scheduler.store import runs
+from scheduler.store.database import Database, first_line
+from scheduler.store.runs import Claim, Finish, Start, StartRequest
+
+RETRY_FIRST_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 5.0
+
+# Called once per outcome: True written, False refused by the fence, None given up
+# (the node is closing and the database stays away, or the row cannot be stored).
+Written = Callable[[bool | None], None]
+
+
+def bad_data(error: Exception) -> bool:
+    """A failure that one request's data may have caused, not the connection."""
+    return isinstance(error, DBAPIError) and not isinstance(
+        error, OperationalError | InterfaceError
+    )
+
+
+class RunWriter:
+    def __init__(
+        self, database: Database, closing: threading.Event, log: structlog.stdlib.BoundLogger
+    ) -> None:
+        self._database = database
+        self._closing = closing
+        self._log = log
+        self._starts: GroupCommit[StartRequest, Start] = GroupCommit(
+            self._write_starts, isolate=bad_data
+        )
+        self._outcomes: queue.SimpleQueue[tuple[Finish, Written]] = queue.SimpleQueue()
+        threading.Thread(target=self._write_outcomes, name="outcomes", daemon=True).start()
+
+    def start(self, claim: Claim, *, after_earlier: bool) -> Start:
+        """Mark the run running if it is ours (and, `after_earlier`, its turn)."""
+        return self._starts.submit(StartRequest(claim, after_earlier))
+
+    def finish_now(self, outcome: Finish) -> bool:
+        """Record an outcome and wait for it; False when the fence refused it."""
+        (applied,), _ = runs.record(self._database, [outcome], [])
+        return applied
+
+    def finish_later(self, outcome: Finish, then: Written) -> None:
+        """Queue an outcome; `then` runs on the writer thread once it is settled."""
+        self._outcomes.put((outcome, then))
+
+    def _write_starts(self, requests: Sequence[StartRequest]) -> list[Start]:
+        _, started = runs.record(self._database, [], requests)
+        return started
+
+    def _write_outcomes(self) -> None:
+        while True:
+            batch = [self._outcomes.get()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._outcomes.get_nowait())
+                except queue.Empty:
+                    break
+            self._settle(batch)
+
+    def _settle(self, batch: list[tuple[Finish, Written]]) -> None:
+        """Write a batch until it lands; split it when one row may be at fault."""
+        delay = RETRY_FIRST_DELAY_S
+        while True:
+            try:
+                applied, _ = runs.record(self._database, [outcome for outcome, _ in batch], [])
+            except DBAPIError as error:
+                if bad_data(error) and len(batch) > 1:
+                    for one in batch:
+                        self._settle([one])
+                    return
+                gone = bad_data(error) or (self._closing.is_set() and delay >= RETRY_MAX_DELAY_S)
+                if gone:
+                    for outcome, then in batch:
+                        self._log.error(
+                            "run_outcome_lost",
+                            job=outcome.claim.job,
+                            period=outcome.claim.period.isoformat(),
+                            run_id=outcome.claim.id,
+                            attempt=outcome.claim.attempt,
+                            error=first_line(error.orig),
+                        )
+                        self._call(then, None)
+                    return
+                self._log.warning(
+                    "database_unavailable",
+                    error=first_line(error.orig),
+                    retry_in=delay,
+                    outcomes=len(batch),
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY_S)
+                continue
+            for (_, then), written in zip(batch, applied, strict=True):
+                self._call(then, written)
+            return
+
+    def _call(self, then: Written, written: bool | None) -> None:
+        try:
+            then(written)
+        except Exception:  # noqa: BLE001 - this thread must outlive a bug in one callback
+            self._log.exception("dispatch_crashed")
