@@ -46,10 +46,8 @@ class Scan:
     more: bool
 
 
-def _scan(job: Job, row: JobRow, now: datetime) -> Scan | None:
+def _scan(job: Job, row: JobRow, end: datetime) -> Scan | None:
     start = row.caught_up_to or row.first_seen
-    # A jittered period is claimed after its jitter: until then it is not missing.
-    end = now - job.policy.jitter
     expected = list(islice(job.schedule.periods_between(start, end), SCAN_LIMIT + 1))
     if not expected:
         return None
@@ -76,8 +74,17 @@ class CatchUp:
         node_id: str,
         submit: Callable[[Claim], object],
         log: structlog.stdlib.BoundLogger,
+        *,
+        live_since: datetime | None = None,
+        live_retry: timedelta = timedelta(0),
     ) -> None:
         self._database = database
+        # Periods after `live_since` are the node's live loop's to claim, and it keeps
+        # retrying one for `live_retry`: catch-up leaves those alone, so it never races
+        # the live loop for a period due this moment (recording it as a catch-up run)
+        # and a burst of due periods is not read again by a pass while it is claimed.
+        self._live_since = live_since
+        self._live_retry = live_retry
         self._jobs = jobs
         self._node_id = node_id
         self._submit = submit
@@ -119,9 +126,18 @@ class CatchUp:
         if watermark != start:
             first = job.schedule.next_after(start)
             self._quiet[job.name] = (start, first)
-        if first is None or first > now - job.policy.jitter:
+        end = self._end(job, now)
+        if first is None or first > end:
             return None
-        return _scan(job, row, now)
+        return _scan(job, row, end)
+
+    def _end(self, job: Job, now: datetime) -> datetime:
+        """The newest period this pass may call missing. A jittered period is claimed
+        after its jitter: until then it is not missing."""
+        end = now
+        if self._live_since is not None:
+            end = min(now, max(self._live_since, now - self._live_retry))
+        return end - job.policy.jitter
 
     def _job_pass(
         self, scan: Scan, existing: set[datetime], now: datetime

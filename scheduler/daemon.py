@@ -74,6 +74,9 @@ class Daemon:
         self._settings = settings
         self._stop = threading.Event()
         self._clock = Clock()
+        # The live loop claims every period after this instant; earlier ones are
+        # catch-up's.
+        self._live_since = self._clock.now()
         self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
             node=node.id
         )
@@ -98,7 +101,15 @@ class Daemon:
             log=self._log,
         )
         self._catch_up = CatchUpLoop(
-            catch_up=CatchUp(database, jobs, node.id, self.dispatcher.submit, self._log),
+            catch_up=CatchUp(
+                database,
+                jobs,
+                node.id,
+                self.dispatcher.submit,
+                self._log,
+                live_since=self._live_since,
+                live_retry=LATE_LIMIT,
+            ),
             clock=self._clock,
             interval=settings.catchup_interval,
             stop=self._stop,
@@ -136,7 +147,7 @@ class Daemon:
         return abandoned
 
     def _loop(self) -> None:
-        timeline = Timeline(self._jobs.values(), self._clock.now())
+        timeline = Timeline(self._jobs.values(), self._live_since)
         pending: list[Due] = []
         while not self._stop.is_set():
             now = self._clock.now()

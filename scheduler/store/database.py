@@ -91,6 +91,13 @@ class Database:
         with self.engine.begin() as connection:
             yield connection
 
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """Each statement its own transaction: one round trip instead of BEGIN, the
+        statement and COMMIT, for writes that are a single statement anyway."""
+        with self.engine.connect() as connection:
+            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
     def read_clock(self) -> datetime:
         """The database's current time, to measure this host's clock against."""
         if not self.is_postgres:

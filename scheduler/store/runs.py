@@ -388,20 +388,20 @@ def finish(
 def record(
     database: Database, outcomes: Sequence[Finish], starts: Sequence[StartRequest]
 ) -> tuple[list[bool], list[Start]]:
-    """Write many outcomes, then many starts, in one transaction; each row fenced on
-    (id, attempt, holder) on its own, so one refused row does not refuse the others.
+    """Write many outcomes, then many starts; each row fenced on (id, attempt, holder)
+    on its own, so one refused row does not refuse the others.
 
-    Outcomes go first so that a queued period may start in the same transaction as the
-    period it waited for ends. On PostgreSQL each kind is one statement whatever the
-    batch size (arrays again); SQLite, local and single-writer, takes a statement a row.
+    Outcomes go first so that a queued period may start right after the period it
+    waited for ends. On PostgreSQL each kind is one statement, whatever the batch size
+    (arrays again), sent in autocommit: one round trip each. SQLite, local and
+    single-writer, takes a statement a row inside one transaction.
     """
+    if database.is_postgres:
+        with database.autocommit() as connection:
+            return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
     with database.transaction() as connection:
-        if database.is_postgres:
-            applied = _finish_postgres(connection, outcomes)
-            started = _start_postgres(connection, starts)
-        else:
-            applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
-            started = [_start_one(database, connection, request) for request in starts]
+        applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
+        started = [_start_one(database, connection, request) for request in starts]
     return applied, started
 
 
