@@ -307,6 +307,8 @@ def start_node(
         "--grace",
         "2s",
         *extra_args,
+        # BENCH_WORKERS=N measures a scenario with `--workers N` instead of the default.
+        *(["--workers", os.environ["BENCH_WORKERS"]] if os.environ.get("BENCH_WORKERS") else []),
     ]
     with log_path.open("wb") as out:
         exec_at = time.time()

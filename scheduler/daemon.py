@@ -166,13 +166,20 @@ class Daemon:
         """Claim and dispatch; on a database fault keep the periods for the next try."""
         if not due:
             return []
+        # Runs are dispatched once the whole batch is claimed: their threads would
+        # slow down the claiming of the rest (10,000 due at once: 0.5 s instead of 2 s
+        # to the last claim). Chunks committed before a fault are dispatched all the same.
+        committed: list[ClaimResult] = []
         try:
-            result = runs.claim(self._database, due, self._node.id, committed=self._dispatch)
+            result = runs.claim(self._database, due, self._node.id, committed=committed.append)
         except DBAPIError as error:
             self._log.warning("claim_failed", error=first_line(error.orig), periods=len(due))
-            # Chunks committed before the fault were dispatched; the rest is retried,
-            # and a period claimed meanwhile by another node is simply lost to it.
+            # The rest is retried; a period claimed meanwhile by another node (or by
+            # this one, in a chunk that committed) is simply not returned again.
             return [item for item in due if now - item.period < LATE_LIMIT]
+        finally:
+            for part in committed:
+                self._dispatch(part)
         metrics.record_claims(len(due), result.won, result.skipped)
         if self._log.isEnabledFor(logging.DEBUG):
             taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
@@ -182,7 +189,7 @@ class Daemon:
         return []
 
     def _dispatch(self, result: ClaimResult) -> None:
-        """One committed chunk of a claim: log it and start its runs right away."""
+        """One committed chunk of a claim: log it and start its runs."""
         for claim in result.won:
             self._log.info(
                 "run_claimed",
