@@ -3,7 +3,7 @@
 The dispatcher owns the runs this node holds. Each run marks itself running,
 calls the job, and records the outcome, retrying that write through database
 faults until it lands or is refused by the fence. Those writes go through the
-node's RunWriter, which groups the writes of concurrent runs into one transaction.
+node's RunWriter, which sends the writes of concurrent runs together.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ class Dispatcher:
         self._node_id = node_id
         self._log = log
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
-
         self._active: dict[RunKey, ActiveRun] = {}
         # Jobs whose overlap policy is not `allow` run one period at a time on a node,
         # oldest first; their later claims (a catch-up backlog, retries) wait here.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from scheduler import catalog
 from scheduler.backlog import CatchUp
@@ -53,3 +54,22 @@ def test_catch_up_takes_only_what_the_live_loop_will_not(database: Database) -> 
     assert [claim.period for claim in claimed] == [
         START + timedelta(minutes=m) for m in (11, 12)
     ], "given up by the live loop after five minutes: catch-up takes them"
+
+
+def test_a_pass_over_jobs_with_nothing_new_sends_no_statement(database: Database) -> None:
+    yearly = {f"y{n}": job("0 0 1 1 *", name=f"y{n}")(lambda: None) for n in range(50)}
+    catalog.register(database, yearly)
+    catch_up = CatchUp(database, yearly, "node-a", lambda _: None, structlog.get_logger())
+    now = datetime.now(UTC)
+    catch_up.run_pass(now)  # reads every row once and remembers each next period
+    statements: list[str] = []
+    event.listen(database.engine, "before_cursor_execute", _record_into(statements))
+    assert catch_up.run_pass(now + timedelta(minutes=1)) is False
+    assert statements == []
+
+
+def _record_into(statements: list[str]) -> Callable[..., None]:
+    def record(_connection: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    return record
