@@ -262,38 +262,30 @@ class Dispatcher:
         retry_in: float | None,
         written: bool | None,
     ) -> None:
+        """The writer settled the outcome (None: gave up, and logged run_outcome_lost):
+        say how the run ended, then end it here."""
+        log, job = active.context.log, active.claim.job
         try:
-            self._report(active, outcome, duration_ms, retry_in, written)
+            if written is None:
+                pass
+            elif not written:
+                log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
+            elif outcome.status is RunStatus.SUCCEEDED:
+                log.info("run_succeeded", duration_ms=duration_ms)
+                metrics.record_finish(job, outcome.status, duration_ms)
+            else:
+                metrics.record_finish(job, outcome.status, duration_ms)
+                assert outcome.failure is not None
+                event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
+                log.error(
+                    event,
+                    duration_ms=duration_ms,
+                    error_type=outcome.failure.type,
+                    error=outcome.failure.message,
+                    retry_in_s=None if retry_in is None else round(retry_in, 3),
+                )
         finally:
             self._done(active)
-
-    def _report(
-        self,
-        active: ActiveRun,
-        outcome: Outcome,
-        duration_ms: int,
-        retry_in: float | None,
-        written: bool | None,
-    ) -> None:
-        log, job = active.context.log, active.claim.job
-        if written is None:
-            return  # the writer logged run_outcome_lost
-        if not written:
-            log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
-        elif outcome.status is RunStatus.SUCCEEDED:
-            log.info("run_succeeded", duration_ms=duration_ms)
-            metrics.record_finish(job, outcome.status, duration_ms)
-        else:
-            metrics.record_finish(job, outcome.status, duration_ms)
-            assert outcome.failure is not None
-            event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
-            log.error(
-                event,
-                duration_ms=duration_ms,
-                error_type=outcome.failure.type,
-                error=outcome.failure.message,
-                retry_in_s=None if retry_in is None else round(retry_in, 3),
-            )
 
     def _persist(self, log: structlog.stdlib.BoundLogger, write: Callable[[], T], default: T) -> T:
         """Retry a write through database faults until the database answers.
