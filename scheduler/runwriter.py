@@ -1,12 +1,12 @@
-"""The start and finish writes of the runs a node holds, sharing transactions.
+"""The start and finish writes of the runs a node holds, sent together.
 
 Starts: a run waits for its own answer (its fence may refuse it alone), but the starts
 of runs that begin at the same moment travel together (group commit). Outcomes: the
 worker thread hands the outcome over and moves on to the next run; one writer thread
 sends every outcome waiting at that moment in one statement, retries through database
 faults, and calls back when each is written or refused. A burst of 10,000 short runs
-so costs a few hundred transactions, not 20,000, and no worker waits on a commit
-after its job has returned.
+so costs a few hundred statements, not 20,000 transactions, and no worker waits on a
+commit after its job has returned.
 """
 
 from __future__ import annotations
