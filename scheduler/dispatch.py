@@ -29,13 +29,11 @@ from scheduler.invoke import Outcome, invoke
 from scheduler.ledger import Ledger
 from scheduler.policy import Overlap, Policy
 from scheduler.registry import Job
-from scheduler.runwriter import RunWriter
+from scheduler.runwriter import Backoff, RunWriter
 from scheduler.states import Reason, RunStatus
 from scheduler.store.database import Database, first_line
 from scheduler.store.runs import Claim, Finish, RunKey, Start
 
-RETRY_FIRST_DELAY_S = 0.2
-RETRY_MAX_DELAY_S = 5.0
 QUEUE_POLL_S = 0.25
 MAX_RETRY_DELAY = timedelta(hours=6)
 T = TypeVar("T")
@@ -290,17 +288,18 @@ class Dispatcher:
     def _persist(self, log: structlog.stdlib.BoundLogger, write: Callable[[], T], default: T) -> T:
         """Retry a write through database faults until the database answers.
 
-        Once shutdown has begun and the back-off has reached its ceiling, give up and
-        return `default`: the lease will expire and another node takes the period.
+        Once the backoff is exhausted (the node is closing), give up and return
+        `default`: the lease will expire and another node takes the period.
         """
-        delay = RETRY_FIRST_DELAY_S
+        backoff = Backoff(self._closing)
         while True:
             try:
                 return write()
             except DBAPIError as error:
-                if self._closing.is_set() and delay >= RETRY_MAX_DELAY_S:
+                if backoff.exhausted:
                     log.error("run_outcome_lost", error=first_line(error.orig))
                     return default
-                log.warning("database_unavailable", error=first_line(error.orig), retry_in=delay)
-                time.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_DELAY_S)
+                log.warning(
+                    "database_unavailable", error=first_line(error.orig), retry_in=backoff.delay
+                )
+                backoff.sleep()

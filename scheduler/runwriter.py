@@ -32,6 +32,24 @@ RETRY_MAX_DELAY_S = 5.0
 Written = Callable[[bool | None], None]
 
 
+class Backoff:
+    """The pause between tries of a write through database faults, doubling up to a
+    ceiling. Once the node is closing and the ceiling is reached the write is given up:
+    the lease then expires and another node takes the period."""
+
+    def __init__(self, closing: threading.Event) -> None:
+        self.delay = RETRY_FIRST_DELAY_S
+        self._closing = closing
+
+    @property
+    def exhausted(self) -> bool:
+        return self._closing.is_set() and self.delay >= RETRY_MAX_DELAY_S
+
+    def sleep(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, RETRY_MAX_DELAY_S)
+
+
 def bad_data(error: Exception) -> bool:
     """A failure that one request's data may have caused, not the connection."""
     return isinstance(error, DBAPIError) and not isinstance(
@@ -81,7 +99,7 @@ class RunWriter:
 
     def _settle(self, batch: list[tuple[Finish, Written]]) -> None:
         """Write a batch until it lands; split it when one row may be at fault."""
-        delay = RETRY_FIRST_DELAY_S
+        backoff = Backoff(self._closing)
         while True:
             try:
                 applied, _ = runs.record(self._database, [outcome for outcome, _ in batch], [])
@@ -90,8 +108,7 @@ class RunWriter:
                     for one in batch:
                         self._settle([one])
                     return
-                gone = bad_data(error) or (self._closing.is_set() and delay >= RETRY_MAX_DELAY_S)
-                if gone:
+                if bad_data(error) or backoff.exhausted:
                     for outcome, then in batch:
                         self._log.error(
                             "run_outcome_lost",
@@ -106,11 +123,10 @@ class RunWriter:
                 self._log.warning(
                     "database_unavailable",
                     error=first_line(error.orig),
-                    retry_in=delay,
+                    retry_in=backoff.delay,
                     outcomes=len(batch),
                 )
-                time.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_DELAY_S)
+                backoff.sleep()
                 continue
             for (_, then), written in zip(batch, applied, strict=True):
                 self._call(then, written)

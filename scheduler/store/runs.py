@@ -45,6 +45,8 @@ JOBS_PER_TRANSACTION = 500
 # (run id, attempt): the fencing pair that names one attempt of a run.
 RunKey = tuple[str, int]
 _other = runs.alias("other")
+# The active statuses as SQL literals, for statements written as text.
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ def claim(
     # replicas claiming one big batch win different chunks side by side instead of
     # queueing behind whichever node locked the first chunk (which then won them all).
     # Each transaction locks one chunk's jobs in key order: no deadlock. `committed`
-    # hears of each chunk's claims as soon as they are committed, so that they can
-    # start while the next chunk is claimed.
+    # hears of each chunk's claims once they are committed, so that a caller can run
+    # them even when a later chunk fails.
     for chunk in random.sample(chunks, len(chunks)):
         part = ClaimResult([], [])
         with database.transaction() as connection:
@@ -296,7 +298,7 @@ _CLAIM_POSTGRES = text(
             WHEN due.overlap_limit IS NOT NULL
                  AND (SELECT count(*) FROM {runs.name} AS other
                       WHERE other.job = due.job AND other.period <> due.period
-                        AND other.status IN ({", ".join(f"'{status}'" for status in ACTIVE)})
+                        AND other.status IN ({_ACTIVE_SQL})
                      ) >= due.overlap_limit THEN 'overlap'
         END AS reason
     ) AS verdict
@@ -455,8 +457,6 @@ def _finish_one(database: Database, connection: Connection, outcome: Finish) -> 
     )
     return bool(connection.execute(statement).rowcount == 1)
 
-
-_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 
 _START_POSTGRES = text(
     f"""
