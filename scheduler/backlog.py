@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 
-import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import catchup
 from scheduler.catchup import Pause
@@ -75,7 +75,7 @@ class CatchUp:
         jobs: Mapping[str, Job],
         node_id: str,
         submit: Callable[[Claim], object],
-        log: structlog.stdlib.BoundLogger,
+        log: FilteringBoundLogger,
         *,
         live_since: datetime | None = None,
         live_retry: timedelta = timedelta(0),
@@ -214,7 +214,7 @@ class CatchUpLoop(SideThread):
         clock: Clock,
         interval: timedelta,
         stop: threading.Event,
-        log: structlog.stdlib.BoundLogger,
+        log: FilteringBoundLogger,
     ) -> None:
         super().__init__("catchup", stop, log)
         self._catch_up = catch_up

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from structlog.typing import FilteringBoundLogger
 
 from scheduler.states import Origin
 
@@ -32,7 +32,7 @@ class RunContext:
     attempt: int
     node: str
     origin: Origin
-    log: structlog.stdlib.BoundLogger
+    log: FilteringBoundLogger
     cancelled: threading.Event = field(default_factory=threading.Event)
     # The run's row in the database, for items and checkpoints; None in a context
     # built by hand (a unit test of a job), where those are unavailable.

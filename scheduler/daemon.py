@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
 from scheduler.backlog import CatchUp, CatchUpLoop
@@ -25,6 +28,7 @@ from scheduler.policy import Overlap
 from scheduler.recovery import Recovery
 from scheduler.registry import Job
 from scheduler.retention import Pruner
+from scheduler.shares import HANDOFF_S, Shares, jobs_digest
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database, first_line
 from scheduler.store.nodes import NodeIdentity
@@ -77,10 +81,9 @@ class Daemon:
         # The live loop claims every period after this instant; earlier ones are
         # catch-up's.
         self._live_since = self._clock.now()
-        self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
-            node=node.id
-        )
+        self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
+        self.shares = Shares(node.id)
         heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [DEFAULT_HEARTBEAT])
         self.keeper = Keeper(
             database=database,
@@ -90,6 +93,7 @@ class Daemon:
             stop=self._stop,
             log=self._log,
             clock=self._clock,
+            shares=self.shares,
         )
         self._recovery = Recovery(
             database=database,
@@ -126,8 +130,9 @@ class Daemon:
 
     def run(self) -> int:
         """Serve until asked to stop; return how many runs were abandoned at shutdown."""
-        nodes.register(self._database, self._node)
+        nodes.register(self._database, self._node, jobs_digest(self._jobs.values()))
         self.keeper.calibrate()
+        self.keeper.find_peers()
         self._log.info(
             "node_started",
             host=self._node.host,
@@ -148,19 +153,39 @@ class Daemon:
 
     def _loop(self) -> None:
         timeline = Timeline(self._jobs.values(), self._live_since)
+        # Periods of this node's share, and any a database fault kept for another try.
         pending: list[Due] = []
+        # Periods of the peers' shares: (when to look at them, the periods).
+        handed: deque[tuple[float, list[Due]]] = deque()
         while not self._stop.is_set():
             now = self._clock.now()
-            pending += [due_for(job, period) for job, period in timeline.pop_due(now)]
+            theirs: list[Due] = []
+            for job, period in timeline.pop_due(now):
+                item = due_for(job, period)
+                (pending if self.shares.mine(job.name) else theirs).append(item)
             pending = self._claim(pending, now)
+            if theirs:
+                handed.append((time.monotonic() + HANDOFF_S, theirs))
+            while handed and handed[0][0] <= time.monotonic():
+                pending = self._claim(self._left_over(handed.popleft()[1]), now) + pending
+            waits = [CLAIM_RETRY_S] if pending else []
             next_due = timeline.next_due()
-            if pending:
-                wait: float | None = CLAIM_RETRY_S
-            elif next_due is None:
-                wait = None
-            else:
-                wait = max(0.0, (next_due - self._clock.now()).total_seconds())
-            self._stop.wait(wait)
+            if next_due is not None:
+                waits.append((next_due - self._clock.now()).total_seconds())
+            if handed:
+                waits.append(handed[0][0] - time.monotonic())
+            self._stop.wait(max(0.0, min(waits)) if waits else None)
+
+    def _left_over(self, theirs: list[Due]) -> list[Due]:
+        """What the peers' shares still lack; all of it if the database cannot say."""
+        try:
+            left = runs.unclaimed(self._database, theirs)
+        except DBAPIError as error:
+            self._log.warning("claim_failed", error=first_line(error.orig), periods=len(theirs))
+            return theirs
+        if left:
+            self._log.info("peer_share_claimed", periods=len(left), of=len(theirs))
+        return left
 
     def _claim(self, due: list[Due], now: datetime) -> list[Due]:
         """Claim and dispatch; on a database fault keep the periods for the next try."""
@@ -181,7 +206,7 @@ class Daemon:
             for part in committed:
                 self._dispatch(part)
         metrics.record_claims(len(due), result.won, result.skipped)
-        if self._log.isEnabledFor(logging.DEBUG):
+        if self._log.is_enabled_for(logging.DEBUG):
             taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
             for item in due:
                 if (item.job, item.period) not in taken:

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
 from scheduler.context import RunContext
@@ -63,7 +63,7 @@ class Dispatcher:
         jobs: Mapping[str, Job],
         node_id: str,
         workers: int,
-        log: structlog.stdlib.BoundLogger,
+        log: FilteringBoundLogger,
     ) -> None:
         self._database = database
         self._jobs = jobs
@@ -285,7 +285,7 @@ class Dispatcher:
         finally:
             self._done(active)
 
-    def _persist(self, log: structlog.stdlib.BoundLogger, write: Callable[[], T], default: T) -> T:
+    def _persist(self, log: FilteringBoundLogger, write: Callable[[], T], default: T) -> T:
         """Retry a write through database faults until the database answers.
 
         Once the backoff is exhausted (the node is closing), give up and return

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import structlog
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import SQLAlchemyError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
 from scheduler.errors import UserError
@@ -70,7 +71,7 @@ class Readiness:
         self._since = time.monotonic()
         self._was_ready: bool | None = None
         self._lock = threading.Lock()
-        self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler")
+        self._log: FilteringBoundLogger = structlog.get_logger("scheduler")
 
     def checks(self) -> dict[str, str]:
         """Each check's verdict: "ok" or why not."""
@@ -174,7 +175,7 @@ class OperationsServer:
         metrics.watch(database)
         self._thread.start()
         address = self.address
-        structlog.stdlib.get_logger("scheduler").info(
+        structlog.get_logger("scheduler").info(
             "http_listening", host=address.host, port=address.port
         )
 

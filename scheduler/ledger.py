@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler.store import checkpoints
 from scheduler.store import items as ledger
@@ -61,7 +61,7 @@ class Ledger:
         return self._answer(taken, elsewhere=True)
 
     @contextmanager
-    def item(self, key: str, log: structlog.stdlib.BoundLogger) -> Iterator[bool]:
+    def item(self, key: str, log: FilteringBoundLogger) -> Iterator[bool]:
         """Claim `key` for the block: done when it returns, released when it raises, left
         claimed (stuck) when the process dies or the block is cancelled."""
         checked = self._check_key(key)
@@ -78,7 +78,7 @@ class Ledger:
             raise
         ledger.complete(self._database, self._claim, checked)
 
-    def _release(self, key: str, log: structlog.stdlib.BoundLogger) -> None:
+    def _release(self, key: str, log: FilteringBoundLogger) -> None:
         """Let a retry redo the item; if even that fails, it stays claimed and is listed stuck."""
         try:
             ledger.release(self._database, self._claim, key)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import sys
 from enum import StrEnum
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 
 class LogFormat(StrEnum):
@@ -40,7 +41,7 @@ def configure(log_format: LogFormat, level: str) -> None:
     )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
+        structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: Any = (
@@ -48,6 +49,8 @@ def configure(log_format: LogFormat, level: str) -> None:
         if use_json
         else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
     )
+    exceptions: Any = structlog.processors.format_exc_info if use_json else _identity
+    # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -58,14 +61,14 @@ def configure(log_format: LogFormat, level: str) -> None:
             ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info if use_json else _identity,
+                exceptions,
                 renderer,
             ],
         )
     )
     # Nothing we render needs the caller's frame, thread or process from a LogRecord;
     # finding the caller walks the stack on every line (`_srcfile` is the logging
-    # module's documented switch for that), which a busy node pays per run.
+    # module's documented switch for that).
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
@@ -74,22 +77,46 @@ def configure(log_format: LogFormat, level: str) -> None:
     # Library chatter stays out unless the user asks for debug.
     for noisy in ("sqlalchemy", "alembic", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    # Our own events skip the standard library: a busy node logs a few lines per run, and
+    # a LogRecord plus a second formatting pass cost twice the line itself. They are
+    # written under the handler's lock, so a line of ours and a library's never mix.
     structlog.configure(
-        processors=[
-            *shared,
-            structlog.processors.StackInfoRenderer(),
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[*shared, structlog.processors.StackInfoRenderer(), exceptions, renderer],
+        logger_factory=_LinesFactory(handler),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         cache_logger_on_first_use=True,
     )
+
+
+class _Lines:
+    """structlog's final logger: one rendered line, written and flushed under a lock."""
+
+    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
+        self._handler = handler
+
+    def msg(self, message: str) -> None:
+        self._handler.acquire()
+        try:
+            self._handler.stream.write(message + "\n")
+            self._handler.flush()
+        finally:
+            self._handler.release()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+class _LinesFactory:
+    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
+        self._lines = _Lines(handler)
+
+    def __call__(self, *_args: Any) -> _Lines:
+        return self._lines
 
 
 def _identity(_logger: Any, _name: str, event: Any) -> Any:
     return event
 
 
-def get_logger(**context: Any) -> structlog.stdlib.BoundLogger:
-    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(**context)
+def get_logger(**context: Any) -> FilteringBoundLogger:
+    logger: FilteringBoundLogger = structlog.get_logger("scheduler").bind(**context)
     return logger

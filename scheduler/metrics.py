@@ -13,16 +13,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import check
 from scheduler.errors import UserError
+from scheduler.histograms import JobHistogram
 from scheduler.states import Origin, RunStatus
 from scheduler.store import queries
 from scheduler.store.database import Database, first_line
@@ -39,17 +41,15 @@ RUNS = Counter(
     ["job", "status"],
     registry=REGISTRY,
 )
-RUN_DURATION = Histogram(
+RUN_DURATION = JobHistogram(
     "scheduler_run_duration_seconds",
     "How long the job function ran, per attempt.",
-    ["job"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600),
     registry=REGISTRY,
 )
-START_LAG = Histogram(
+START_LAG = JobHistogram(
     "scheduler_run_start_lag_seconds",
     "Start minus period: how late an attempt began (jitter, retries and catch-up included).",
-    ["job"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
     registry=REGISTRY,
 )
@@ -96,14 +96,14 @@ def record_claims(attempted: int, won: Sequence[Claimed], skipped: Sequence[Clai
 
 
 def record_start(job: str, period: datetime) -> None:
-    START_LAG.labels(job).observe(max(0.0, (datetime.now(UTC) - period).total_seconds()))
+    START_LAG.observe(job, max(0.0, (datetime.now(UTC) - period).total_seconds()))
 
 
 def record_finish(job: str, status: str, duration_ms: int | None) -> None:
     """An attempt's outcome, once the database accepted it."""
     RUNS.labels(job, str(status)).inc()
     if duration_ms is not None:
-        RUN_DURATION.labels(job).observe(duration_ms / 1000)
+        RUN_DURATION.observe(job, duration_ms / 1000)
 
 
 def record_lease_lost(job: str) -> None:
@@ -115,7 +115,7 @@ class DatabaseCollector(Collector):
 
     def __init__(self, database: Database) -> None:
         self._database = database
-        self._log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler")
+        self._log: FilteringBoundLogger = structlog.get_logger("scheduler")
 
     def describe(self) -> Iterable[Metric]:
         return []  # no database round trip when registering

@@ -12,6 +12,7 @@ import threading
 from datetime import datetime, timedelta
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 from scheduler import catalog
 from scheduler.clock import Clock
@@ -20,6 +21,7 @@ from scheduler.dispatch import Dispatcher
 from scheduler.errors import UserError
 from scheduler.keeper import Keeper
 from scheduler.registry import Job
+from scheduler.shares import ONE_SHOT, Shares
 from scheduler.states import RunStatus
 from scheduler.store import nodes, runs
 from scheduler.store.database import Database
@@ -50,7 +52,7 @@ class Foreground:
         self.database, self.job, self.node = database, job, node
         self._grace, self._stop = grace, stop
         self._clock = Clock()
-        self.log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger("scheduler").bind(
+        self.log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(
             node=node.id, job=job.name
         )
         self._dispatcher = Dispatcher(database, {job.name: job}, node.id, 1, self.log)
@@ -62,6 +64,7 @@ class Foreground:
             stop=stop,
             log=self.log,
             clock=self._clock,
+            shares=Shares(node.id),
         )
         self._opened = False
 
@@ -72,7 +75,7 @@ class Foreground:
 
     def open(self) -> None:
         catalog.register(self.database, {self.job.name: self.job})
-        nodes.register(self.database, self.node)
+        nodes.register(self.database, self.node, ONE_SHOT)
         self._keeper.start()
         self._opened = True
 

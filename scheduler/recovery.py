@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler.dispatch import Dispatcher
 from scheduler.registry import Job
@@ -39,7 +39,7 @@ class Recovery(SideThread):
         node_id: str,
         interval: float,
         stop: threading.Event,
-        log: structlog.stdlib.BoundLogger,
+        log: FilteringBoundLogger,
     ) -> None:
         super().__init__("recovery", stop, log)
         self._database = database

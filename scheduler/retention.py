@@ -10,8 +10,8 @@ import random
 import threading
 from datetime import timedelta
 
-import structlog
 from sqlalchemy.exc import DBAPIError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
@@ -41,7 +41,7 @@ class Pruner(threading.Thread):
         database: Database,
         retention: timedelta,
         stop: threading.Event,
-        log: structlog.stdlib.BoundLogger,
+        log: FilteringBoundLogger,
         interval: timedelta = PRUNE_INTERVAL,
     ) -> None:
         super().__init__(name="pruner", daemon=True)

@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import structlog
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from structlog.typing import FilteringBoundLogger
 
 from scheduler.groupcommit import MAX_BATCH, GroupCommit
 from scheduler.store import runs
@@ -59,7 +59,7 @@ def bad_data(error: Exception) -> bool:
 
 class RunWriter:
     def __init__(
-        self, database: Database, closing: threading.Event, log: structlog.stdlib.BoundLogger
+        self, database: Database, closing: threading.Event, log: FilteringBoundLogger
     ) -> None:
         self._database = database
         self._closing = closing

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-import structlog
+from structlog.typing import FilteringBoundLogger
 
 
 class SideThread(threading.Thread):
@@ -13,7 +13,7 @@ class SideThread(threading.Thread):
 
     first_wait: float = 0.0
 
-    def __init__(self, name: str, stop: threading.Event, log: structlog.stdlib.BoundLogger) -> None:
+    def __init__(self, name: str, stop: threading.Event, log: FilteringBoundLogger) -> None:
         super().__init__(name=name, daemon=True)
         self._stop = stop
         self._log = log

@@ -141,6 +141,43 @@ def claim(
     return result
 
 
+_UNCLAIMED_POSTGRES = text(
+    f"""
+    SELECT due.index FROM unnest(CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]))
+         WITH ORDINALITY AS due(job, period, index)
+    WHERE NOT EXISTS (SELECT FROM {runs.name} AS run
+                      WHERE run.job = due.job AND run.period = due.period)
+    """  # noqa: S608 - the table name is our constant; values are parameters
+)
+# SQLite pages the (job, period) pairs of an IN list; each pair is two variables.
+_PAIRS_PER_STATEMENT = 1000
+
+
+def unclaimed(database: Database, due: Sequence[Due]) -> list[Due]:
+    """The periods that have no row yet: what is left to claim of another node's share.
+
+    Only a filter in front of `claim`, which still decides: a period claimed between
+    this read and the claim is lost there, silently, as always.
+    """
+    if not due:
+        return []
+    with database.transaction() as connection:
+        if database.is_postgres:
+            rows = connection.execute(
+                _UNCLAIMED_POSTGRES,
+                {"jobs": [item.job for item in due], "periods": [item.period for item in due]},
+            )
+            return [due[index - 1] for (index,) in rows]
+        taken: set[tuple[str, datetime]] = set()
+        for start in range(0, len(due), _PAIRS_PER_STATEMENT):
+            pairs = [(item.job, item.period) for item in due[start : start + _PAIRS_PER_STATEMENT]]
+            statement = select(runs.c.job, runs.c.period).where(
+                tuple_(runs.c.job, runs.c.period).in_(pairs)
+            )
+            taken.update((job, period) for job, period in connection.execute(statement))
+    return [item for item in due if (item.job, item.period) not in taken]
+
+
 def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
     """Split a batch so that no transaction locks more than JOBS_PER_TRANSACTION jobs."""
     chunk: list[Due] = []
@@ -465,7 +502,7 @@ _START_POSTGRES = text(
                 CAST(:ordered AS BOOLEAN[])) AS wanted(id, attempt, holder, ordered)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
       AND run.attempt = wanted.attempt
-      AND run.holder = wanted.holder AND run.status = 'claimed'
+      AND run.holder = wanted.holder AND (run.status = 'claimed') IS TRUE
       AND NOT (wanted.ordered AND EXISTS (
           SELECT FROM {runs.name} AS other
           WHERE other.job = run.job AND other.id <> run.id
@@ -481,7 +518,7 @@ _STILL_HELD_POSTGRES = text(
     JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
          AS wanted(id, attempt, holder)
       ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.status IN ({_ACTIVE_SQL})
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status IN ({_ACTIVE_SQL})) IS TRUE
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 
@@ -537,7 +574,7 @@ _FINISH_POSTGRES = text(
                  error_type, error_message, error_traceback)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
       AND run.attempt = done.attempt AND run.holder = done.holder
-      AND run.status IN ({_ACTIVE_SQL})
+      AND (run.status IN ({_ACTIVE_SQL})) IS TRUE
     RETURNING run.id, run.attempt, run.holder
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )

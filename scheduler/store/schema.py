@@ -141,6 +141,9 @@ nodes = Table(
     Column("started_at", UTCDateTime(), nullable=False),
     Column("heartbeat_at", UTCDateTime(), nullable=False),
     Column("stopped_at", UTCDateTime()),
+    # Which jobs the node runs (a digest of names and schedules): nodes with the same
+    # digest share out the periods due at one instant (see scheduler/shares.py).
+    Column("jobs_digest", String(64)),
 )
 
 items = Table(

@@ -39,7 +39,7 @@ def _context(database: Database, claim: Claim) -> RunContext:
         attempt=claim.attempt,
         node=claim.holder,
         origin=claim.origin,
-        log=structlog.stdlib.get_logger("test"),
+        log=structlog.get_logger("test"),
         ledger=Ledger(database, claim),
     )
 

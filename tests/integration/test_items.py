@@ -47,7 +47,7 @@ def _context(database: Database, claim: Claim) -> RunContext:
         attempt=claim.attempt,
         node=claim.holder,
         origin=Origin.SCHEDULE,
-        log=structlog.stdlib.get_logger("test"),
+        log=structlog.get_logger("test"),
         ledger=Ledger(database, claim),
     )
 
@@ -240,7 +240,7 @@ def test_bad_keys_and_a_context_without_database_are_clear_errors(database: Data
     for bad in ("", "x" * 501, 42):
         with pytest.raises(ValueError, match="job 'billing': item key: must be a non-empty string"):
             ctx.once(bad)  # type: ignore[arg-type]
-    bare = RunContext("solo", PERIOD, "r", 1, "n", Origin.MANUAL, structlog.stdlib.get_logger())
+    bare = RunContext("solo", PERIOD, "r", 1, "n", Origin.MANUAL, structlog.get_logger())
     with pytest.raises(RuntimeError, match="job 'solo': this RunContext has no database"):
         bare.once("k")
 
