@@ -3,8 +3,8 @@
 Starts: a run waits for its own answer (its fence may refuse it alone), but the starts
 of runs that begin at the same moment travel together (group commit). Outcomes: the
 worker thread hands the outcome over and moves on to the next run; one writer thread
-sends every outcome waiting at that moment in one statement, retries through database
-faults, and calls back when each is written or refused. A burst of 10,000 short runs
+sends the outcomes that arrive within OUTCOME_LINGER_S of each other in one statement,
+retries through database faults, and calls back when each is written or refused. A burst of 10,000 short runs
 so costs a few hundred statements, not 20,000 transactions, and no worker waits on a
 commit after its job has returned.
 """
@@ -25,6 +25,11 @@ from scheduler.store.database import Database, first_line
 from scheduler.store.runs import Claim, Finish, Start, StartRequest
 
 RETRY_FIRST_DELAY_S = 0.2
+# The outcome writer waits this long after the first outcome for others to join it: when
+# many runs end together, fewer and larger statements leave more of the machine to the
+# starts of the runs still queued (c: start lag p99 429 -> 343 ms). A run ends (its
+# successor may start) that much later, far below any period.
+OUTCOME_LINGER_S = 0.05
 RETRY_MAX_DELAY_S = 5.0
 
 # Called once per outcome: True written, False refused by the fence, None given up
@@ -90,9 +95,15 @@ class RunWriter:
     def _write_outcomes(self) -> None:
         while True:
             batch = [self._outcomes.get()]
+            deadline = time.monotonic() + OUTCOME_LINGER_S
             while len(batch) < MAX_BATCH:
+                wait = deadline - time.monotonic()
                 try:
-                    batch.append(self._outcomes.get_nowait())
+                    batch.append(
+                        self._outcomes.get(timeout=wait)
+                        if wait > 0
+                        else self._outcomes.get_nowait()
+                    )
                 except queue.Empty:
                     break
             self._settle(batch)
