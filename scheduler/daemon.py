@@ -7,6 +7,7 @@ them dies, the node stops rather than run without it.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -42,6 +43,11 @@ CLAIM_RETRY_S = 1.0
 # Periods this node could not claim for this long (database down) are left to catch-up.
 LATE_LIMIT = timedelta(minutes=5)
 OVERLAP_LIMITS = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: None}
+# Allocations between young-generation collections (CPython's default is 700). A short
+# run allocates a few hundred objects and frees nearly all of them by reference count;
+# collecting every 700 allocations cost 60 µs a run (bench/run_path: 0.85 s of
+# collections for 10,000 runs, 0.23 s at 20,000).
+GC_YOUNG_THRESHOLD = 20_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class Daemon:
 
     def run(self) -> int:
         """Serve until asked to stop; return how many runs were abandoned at shutdown."""
+        tune_garbage_collection()
         nodes.register(self._database, self._node, jobs_digest(self._jobs.values()))
         self.keeper.calibrate()
         self.keeper.find_peers()
@@ -250,3 +257,13 @@ class Daemon:
             if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned
+
+
+def tune_garbage_collection() -> None:
+    """The jobs, their schedules and the libraries are loaded and live as long as the
+    node: moved out of the collector's sight, a full collection no longer walks them
+    all (a pause that grows with the number of jobs), and young collections are rarer."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
