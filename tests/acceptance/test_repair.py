@@ -141,7 +141,9 @@ def test_pause_is_honoured_by_a_running_node_and_not_caught_up(
     pause = run_command(["pause", "tick", "--database-url", postgres_url], tmp_path)
     assert (pause.returncode, pause.stdout.strip()) == (0, "tick: paused")
     paused_at = datetime.now(UTC)
-    time.sleep(2.5)
+    # Long enough that the window below holds at least four periods however quickly
+    # the node stops and the resume command returns.
+    time.sleep(4)
     assert node.stop() == 0
     time.sleep(2)
     assert run_command(["resume", "tick", "--database-url", postgres_url], tmp_path).returncode == 0
