@@ -495,6 +495,10 @@ def _finish_one(database: Database, connection: Connection, outcome: Finish) -> 
     return bool(connection.execute(statement).rowcount == 1)
 
 
+# The batches below find their rows by `id`. Their status test is written `(…) IS TRUE`,
+# which means the same but no index can serve: right after a burst the statistics are
+# stale (a few claimed rows expected, 10,000 there) and the planner took the status
+# index, reading every claimed row for each batch of 16 (1.3 ms instead of 0.4 ms).
 _START_POSTGRES = text(
     f"""
     UPDATE {runs.name} AS run SET status = 'running', started_at = now()
