@@ -13,7 +13,7 @@ import heapq
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,9 +30,10 @@ from scheduler.ledger import Ledger
 from scheduler.policy import Overlap, Policy
 from scheduler.registry import Job
 from scheduler.runwriter import Backoff, RunWriter
+from scheduler.starter import Starter
 from scheduler.states import Reason, RunStatus
 from scheduler.store.database import Database, first_line
-from scheduler.store.runs import Claim, Finish, RunKey, Start
+from scheduler.store.runs import Claim, Finish, RunKey, Start, StartRequest
 
 QUEUE_POLL_S = 0.25
 MAX_RETRY_DELAY = timedelta(hours=6)
@@ -79,6 +80,7 @@ class Dispatcher:
         self._stopping = threading.Event()
         self._closing = threading.Event()
         self._writer = RunWriter(database, self._closing, log)
+        self._starter: Starter[ActiveRun] = Starter(workers, self._start_batch, self._hand, log)
         self._loop: asyncio.AbstractEventLoop | None = None
         if any(job.is_async for job in jobs.values()):
             self._loop = asyncio.new_event_loop()
@@ -120,17 +122,36 @@ class Dispatcher:
 
     def _launch(self, active: ActiveRun) -> None:
         active.launched = True
-        self._pool.submit(self._run, active)
+        self._starter.add(active)
 
-    def _run(self, active: ActiveRun) -> None:
+    def _start_batch(self, batch: Sequence[ActiveRun]) -> list[bool]:
+        """Mark runs running together, as workers free up; those not started here (not
+        their turn, lost, a database fault, the node draining) start the slow way."""
+        if self._stopping.is_set():
+            return [False] * len(batch)
+        requests = [StartRequest(active.claim, active.ordered) for active in batch]
+        try:
+            started = self._writer.start_many(requests)
+        except DBAPIError:
+            return [False] * len(batch)
+        return [result is Start.STARTED for result in started]
+
+    def _hand(self, active: ActiveRun, started: bool) -> None:
+        try:
+            self._pool.submit(self._run, active, started)
+        except RuntimeError:  # the pool is shut down: drain abandons the run
+            self._starter.release()
+
+    def _run(self, active: ActiveRun, started: bool) -> None:
         handed_over = False
         try:
-            handed_over = self._execute(active)
+            handed_over = self._execute(active, started)
         except Exception:  # a pool thread would swallow it silently; make it seen
             active.context.log.exception("dispatch_crashed")
         finally:
             if not handed_over:
                 self._done(active)
+            self._starter.release()
 
     def _done(self, active: ActiveRun) -> None:
         """Forget a finished run and start the next waiting period of its job, if any."""
@@ -165,6 +186,7 @@ class Dispatcher:
             pending = [active.future for active in self._active.values() if active.launched]
         wait(pending, timeout=grace)
         self._closing.set()
+        self._starter.close()
         with self._lock:
             left = list(self._active.values())
         for active in left:
@@ -186,12 +208,12 @@ class Dispatcher:
             context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
             metrics.record_finish(claim.job, RunStatus.ABANDONED, None)
 
-    def _execute(self, active: ActiveRun) -> bool:
+    def _execute(self, active: ActiveRun, started_already: bool) -> bool:
         """Run one claim; True when it goes on elsewhere: it went back to wait behind an
         earlier period, or its outcome is with the writer, which ends it."""
         claim, context = active.claim, active.context
         log, job = context.log, self._jobs[claim.job]
-        started = self._wait_and_start(claim, job, context)
+        started = True if started_already else self._wait_and_start(claim, job, context)
         if started is None:
             return True
         if not started:

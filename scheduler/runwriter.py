@@ -79,6 +79,10 @@ class RunWriter:
         """Mark the run running if it is ours (and, `after_earlier`, its turn)."""
         return self._starts.submit(StartRequest(claim, after_earlier))
 
+    def start_many(self, requests: Sequence[StartRequest]) -> list[Start]:
+        """Mark many runs running in one statement, each on its own fence."""
+        return self._write_starts(requests)
+
     def finish_now(self, outcome: Finish) -> bool:
         """Record an outcome and wait for it; False when the fence refused it."""
         (applied,), _ = runs.record(self._database, [outcome], [])

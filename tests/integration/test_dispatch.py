@@ -73,3 +73,43 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
+
+
+def test_runs_are_marked_running_only_as_workers_free_up(database: Database) -> None:
+    """Starts go out in batches, but never ahead of a free worker: with two workers no
+    more than two functions run at once, and a run's `started_at` is when its function
+    was called, not when it was claimed."""
+    called: dict[str, datetime] = {}
+    inside: list[str] = []
+    most_inside = 0
+    lock = threading.Lock()
+
+    def body(ctx: RunContext) -> None:
+        nonlocal most_inside
+        with lock:
+            called[ctx.job] = datetime.now(UTC)
+            inside.append(ctx.job)
+            most_inside = max(most_inside, len(inside))
+        time.sleep(0.3)
+        with lock:
+            inside.remove(ctx.job)
+
+    names = [f"slow-{index}" for index in range(6)]
+    jobs = {name: job(cron="* * * * *", name=name)(body) for name in names}
+    dispatcher = Dispatcher(database, jobs, NODE, 2, structlog.get_logger())
+    claims = runs.claim(database, [Due(name, PERIOD, 30) for name in jobs], NODE).won
+    for future in [dispatcher.submit(claim) for claim in claims]:
+        future.result(timeout=10)
+    dispatcher.drain(1)
+    assert most_inside == 2
+    started = []
+    for name in names:
+        row = runs.get(database, name, PERIOD)
+        assert row is not None
+        assert row["status"] == RunStatus.SUCCEEDED
+        assert isinstance(row["started_at"], datetime)
+        # The database's clock is this machine's here; allow for its rounding.
+        assert abs((row["started_at"] - called[name]).total_seconds()) < 0.2, name
+        started.append(row["started_at"])
+    # Three rounds of two: the last runs started about 0.6 s after the first.
+    assert (max(started) - min(started)).total_seconds() >= 0.5
