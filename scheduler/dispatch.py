@@ -1,9 +1,10 @@
 """Run claimed periods: a thread pool for functions, one event loop for coroutines.
 
-The dispatcher owns the runs this node holds. Each run marks itself running,
-calls the job, and records the outcome, retrying that write through database
-faults until it lands or is refused by the fence. Those writes go through the
-node's RunWriter, which sends the writes of concurrent runs together.
+The dispatcher owns the runs this node holds. The Starter marks runs running in
+batches as workers free up; a worker calls the job and hands the outcome to the
+node's RunWriter, which writes it with others, retrying through database faults
+until it lands or is refused by the fence. A run the Starter could not settle (not
+its turn, lost, a fault) starts itself on the worker, waiting and retrying there.
 """
 
 from __future__ import annotations

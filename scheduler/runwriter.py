@@ -1,7 +1,8 @@
 """The start and finish writes of the runs a node holds, sent together.
 
-Starts: a run waits for its own answer (its fence may refuse it alone), but the starts
-of runs that begin at the same moment travel together (group commit). Outcomes: the
+Starts: the Starter sends a batch with `start_many`; a run that starts itself (the slow
+path) waits for its own answer, but such starts at the same moment travel together
+(group commit). Outcomes: the
 worker thread hands the outcome over and moves on to the next run; one writer thread
 sends the outcomes that arrive within OUTCOME_LINGER_S of each other in one statement,
 retries through database faults, and calls back when each is written or refused. A
