@@ -75,4 +75,8 @@ class Starter(Generic[Item]):
                 self._log.exception("dispatch_crashed")
                 started = [False] * len(batch)
             for item, ok in zip(batch, started, strict=True):
-                self._hand(item, ok)
+                try:
+                    self._hand(item, ok)
+                except Exception:  # noqa: BLE001 - one bad hand-over must not stop the rest
+                    self._log.exception("dispatch_crashed")
+                    self.release()
