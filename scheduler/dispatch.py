@@ -127,9 +127,7 @@ class Dispatcher:
 
     def _start_batch(self, batch: Sequence[ActiveRun]) -> list[bool]:
         """Mark runs running together, as workers free up; those not started here (not
-        their turn, lost, a database fault, the node draining) start the slow way."""
-        if self._stopping.is_set():
-            return [False] * len(batch)
+        their turn, lost, a database fault) start the slow way."""
         requests = [StartRequest(active.claim, active.ordered) for active in batch]
         try:
             started = self._writer.start_many(requests)

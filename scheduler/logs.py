@@ -77,12 +77,13 @@ def configure(log_format: LogFormat, level: str) -> None:
     # Library chatter stays out unless the user asks for debug.
     for noisy in ("sqlalchemy", "alembic", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    lines = _Lines(handler)
     # Our own events skip the standard library: a busy node logs a few lines per run, and
     # a LogRecord plus a second formatting pass cost twice the line itself. They are
     # written under the handler's lock, so a line of ours and a library's never mix.
     structlog.configure(
         processors=[*shared, structlog.processors.StackInfoRenderer(), exceptions, renderer],
-        logger_factory=_LinesFactory(handler),
+        logger_factory=lambda *_args: lines,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         cache_logger_on_first_use=True,
     )
@@ -103,14 +104,6 @@ class _Lines:
             self._handler.release()
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
-
-
-class _LinesFactory:
-    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
-        self._lines = _Lines(handler)
-
-    def __call__(self, *_args: Any) -> _Lines:
-        return self._lines
 
 
 def _identity(_logger: Any, _name: str, event: Any) -> Any:

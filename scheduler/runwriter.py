@@ -2,12 +2,11 @@
 
 Starts: the Starter sends a batch with `start_many`; a run that starts itself (the slow
 path) waits for its own answer, but such starts at the same moment travel together
-(group commit). Outcomes: the
-worker thread hands the outcome over and moves on to the next run; one writer thread
-sends the outcomes that arrive within OUTCOME_LINGER_S of each other in one statement,
-retries through database faults, and calls back when each is written or refused. A
-burst of 10,000 short runs so costs a few hundred statements, not 20,000 transactions,
-and no worker waits on a commit after its job has returned.
+(group commit). Outcomes: the worker thread hands the outcome over and moves on to the
+next run; one writer thread sends the outcomes that arrive within OUTCOME_LINGER_S of
+each other in one statement, retries through database faults, and calls back when each
+is written or refused. A burst of 10,000 short runs so costs a few hundred statements,
+not 20,000 transactions, and no worker waits on a commit after its job has returned.
 """
 
 from __future__ import annotations
