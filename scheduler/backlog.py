@@ -5,29 +5,35 @@ Each job keeps a watermark: every period up to it has a row. A pass looks only p
 the watermark, reads the rows that exist there in one query, writes the plan in bulk
 (`INSERT … ON CONFLICT DO NOTHING`), and moves the watermark. Replicas doing the same
 pass at once meet on the primary key, so its cost does not grow with their number.
+
+The periods a job owes are those of the schedule in force at each instant: when its
+schedule changed, the old schedule's up to the change and the new one's after it,
+never the new schedule's past. Every pause since the watermark is honoured.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import catchup
 from scheduler.catchup import Pause
 from scheduler.clock import Clock
+from scheduler.cron import Schedule, parse_schedule
+from scheduler.errors import ScheduleError
 from scheduler.registry import Job
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import history
 from scheduler.store import jobs as job_rows
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database, describe_fault
 from scheduler.store.history import Entry
-from scheduler.store.jobs import JobRow
+from scheduler.store.jobs import JobRow, PauseRow
 from scheduler.store.runs import Claim
 from scheduler.supervision import SideThread
 
@@ -50,20 +56,53 @@ class Scan:
 
 def _scan(job: Job, row: JobRow, end: datetime) -> Scan | None:
     start = row.caught_up_to or row.first_seen
-    expected = list(islice(job.schedule.periods_between(start, end), SCAN_LIMIT + 1))
+    expected = list(islice(expected_periods(job, row, start, end), SCAN_LIMIT + 1))
     if not expected:
         return None
     return Scan(job, row, start, expected[:SCAN_LIMIT], len(expected) > SCAN_LIMIT)
 
 
-def pause_of(row: JobRow) -> Pause | None:
-    if row.paused_at is None:
+def _replaced(row: JobRow, start: datetime) -> tuple[Schedule, datetime] | None:
+    """The schedule the job had before its schedule changed, and when it changed, if that
+    change is after `start` (otherwise nothing before the change is left to look at)."""
+    changed = row.schedule_changed_at
+    if changed is None or row.previous_cron is None or changed <= start:
         return None
-    if row.paused:
-        return Pause(row.paused_at, None)
-    if row.resumed_at is not None and row.resumed_at > row.paused_at:
-        return Pause(row.paused_at, row.resumed_at)
-    return None
+    try:
+        return parse_schedule(row.previous_cron, row.previous_timezone or "UTC"), changed
+    except ScheduleError:
+        return None  # stored by an older version with rules of its own: nothing owed
+
+
+def expected_periods(job: Job, row: JobRow, start: datetime, end: datetime) -> Iterator[datetime]:
+    """Every period in (start, end] the job owes, ascending, by the schedule in force."""
+    replaced = _replaced(row, start)
+    if replaced is None:
+        yield from job.schedule.periods_between(start, end)
+        return
+    old, changed = replaced
+    yield from old.periods_between(start, min(changed, end))
+    if changed < end:
+        yield from job.schedule.periods_between(changed, end)
+
+
+def _first_expected(job: Job, row: JobRow, start: datetime) -> datetime | None:
+    replaced = _replaced(row, start)
+    if replaced is not None:
+        old, changed = replaced
+        first = old.next_after(start)
+        if first is not None and first <= changed:
+            return first
+        return job.schedule.next_after(changed)
+    return job.schedule.next_after(start)
+
+
+def pauses_of(rows: Iterable[PauseRow]) -> dict[str, list[Pause]]:
+    """The pauses read from the database, per job, as the catch-up policy takes them."""
+    found: dict[str, list[Pause]] = {}
+    for row in rows:
+        found.setdefault(row.job, []).append(Pause(row.paused_at, row.resumed_at))
+    return found
 
 
 class CatchUp:
@@ -119,10 +158,17 @@ class CatchUp:
         existing = history.existing_periods_of(
             self._database, [(scan.job.name, scan.start, scan.periods[-1]) for scan in scans]
         )
+        pauses = pauses_of(
+            job_rows.pauses_since(
+                self._database, [scan.job.name for scan in scans], min(s.start for s in scans)
+            )
+        )
         moves: list[tuple[str, datetime | None, datetime]] = []
         more = False
         for scan in scans:
-            through, capped = self._job_pass(scan, existing[scan.job.name], now)
+            through, capped = self._job_pass(
+                scan, existing[scan.job.name], pauses.get(scan.job.name, []), now
+            )
             moves.append((scan.job.name, scan.row.caught_up_to, through))
             more |= scan.more and not capped
         history.advance_watermarks(self._database, moves)
@@ -143,7 +189,7 @@ class CatchUp:
         start = row.caught_up_to or row.first_seen
         watermark, _ = self._first_past_watermark.get(job.name, (None, None))
         if watermark != start:
-            self._first_past_watermark[job.name] = (start, job.schedule.next_after(start))
+            self._first_past_watermark[job.name] = (start, _first_expected(job, row, start))
         if self._quiet(job, horizon):
             return None
         return _scan(job, row, horizon - job.policy.jitter)
@@ -156,27 +202,36 @@ class CatchUp:
         return min(now, max(self._live_since, now - self._live_retry))
 
     def _job_pass(
-        self, scan: Scan, existing: set[datetime], now: datetime
+        self, scan: Scan, existing: set[datetime], pauses: list[Pause], now: datetime
     ) -> tuple[datetime, bool]:
         """Write one job's plan and dispatch what it won; return the new watermark and
         whether the cap on claims cut the plan short."""
         missing = [period for period in scan.periods if period not in existing]
-        plan = catchup.plan(missing, now, scan.job.policy, pause_of(scan.row))
-        for claim in self._write(scan.job, plan):
+        plan = catchup.plan(missing, now, scan.job.policy, pauses)
+        written = self._write(scan.job, plan)
+        for claim in written.won:
             self._submit(claim)
+        if written.early:
+            # The database clock has not reached these: they stay past the watermark.
+            first = min(entry.period for entry in written.early)
+            self._log.warning(
+                "clock_skew", job=scan.job.name, period=first.isoformat(), stage="catchup"
+            )
+            before = [period for period in scan.periods if period < first]
+            return (before[-1] if before else scan.start), True
         if plan.capped and plan.handled_through:
             return plan.handled_through, True
         return scan.periods[-1], False
 
-    def _write(self, job: Job, plan: catchup.Plan) -> list[Claim]:
+    def _write(self, job: Job, plan: catchup.Plan) -> history.Written:
         entries = (
             [Entry(period, RunStatus.CLAIMED) for period in plan.run]
             + [Entry(period, RunStatus.SKIPPED, reason) for period, reason in plan.skip]
             + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in plan.missed]
         )
         if not entries:
-            return []
-        won = history.write(
+            return history.Written()
+        written = history.write(
             self._database,
             job.name,
             entries,
@@ -184,6 +239,7 @@ class CatchUp:
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.CATCHUP,
         )
+        won = written.won
         log = self._log.bind(job=job.name)
         if plan.missed:
             log.warning(
@@ -201,7 +257,7 @@ class CatchUp:
                 first=won[0].period.isoformat(),
                 last=won[-1].period.isoformat(),
             )
-        return won
+        return written
 
 
 class CatchUpLoop(SideThread):
@@ -224,7 +280,7 @@ class CatchUpLoop(SideThread):
     def step(self) -> float:
         try:
             more = self._catch_up.run_pass(self._clock.now())
-        except DBAPIError as error:
-            self._log.warning("catchup_failed", error=first_line(error.orig))
+        except SQLAlchemyError as error:
+            self._log.warning("catchup_failed", error=describe_fault(error))
             return self._interval
         return 0.0 if more else self._interval

@@ -40,7 +40,7 @@ class Plan:
 
 
 def plan(
-    missing: Sequence[datetime], now: datetime, policy: Policy, pause: Pause | None = None
+    missing: Sequence[datetime], now: datetime, policy: Policy, pauses: Sequence[Pause] = ()
 ) -> Plan:
     """Sort missing periods (ascending) into run, skipped and missed under the job's policy.
 
@@ -56,7 +56,7 @@ def plan(
     for period in missing:
         if period < window_start:
             result.missed.append(period)
-        elif pause is not None and pause.covers(period):
+        elif any(pause.covers(period) for pause in pauses):
             result.skip.append((period, Reason.PAUSED))
         else:
             eligible.append(period)

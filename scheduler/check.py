@@ -8,8 +8,9 @@ inputs.
   succeeded period) once its grace (`alert_after`) has passed. A period is expected
   when it is at or after the day the job was first seen and the job is not paused;
   a period skipped because the job was paused is accounted for.
-- **failed / timed_out / missed**: a run recorded in one of these statuses within
-  the window, except a failed run still waiting for a retry.
+- **failed / timed_out / missed / abandoned**: a run recorded in one of these statuses
+  within the window, except one still waiting for a retry (an abandoned run always
+  gets one unless it was given up: its node died too often, or it was taken too late).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ class Problem(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     MISSED = "missed"
+    ABANDONED = "abandoned"
 
 
-RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED)
+RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ def recorded_problem(run: RunRow, retries: int) -> Finding | None:
     if run.status not in RECORDED_PROBLEMS:
         return None
     if run.status == RunStatus.FAILED and run.retry_at is not None and run.attempt <= retries:
+        return None
+    if run.status == RunStatus.ABANDONED and run.retry_at is not None:
         return None
     detail = _error_text(run) if run.error_type else _status_text(run)
     return Finding(Problem(run.status), run.job, run.period, run.status, run.reason, detail)

@@ -39,7 +39,7 @@ def json_option(command: Command) -> Command:
 @contextmanager
 def reading(database_url: str) -> Iterator[Database]:
     """Open an existing database whose schema matches this version, and close it after."""
-    database = open_database(database_url, pool_size=1)
+    database = open_database(database_url, connections=2)
     try:
         migrations.require_current_schema(database)
         yield database

@@ -1,12 +1,16 @@
-"""This host's clock, corrected to the database's, which is the one that counts.
+"""The database's clock, as this node keeps it: the last reading of the database's time,
+carried forward by this process's monotonic clock.
 
-A replica whose clock runs ahead would otherwise claim periods early; periods are
-claimed when the database clock, not the host's, reaches them.
+A replica whose host clock runs ahead, or steps (NTP after a VM resume, `date -s`),
+would otherwise claim periods early. Periods are claimed when the database clock, not
+the host's, reaches them; between readings the host's wall clock plays no part, so a
+step of it changes nothing until the next reading, which also reports the step.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 SKEW_WARNING = timedelta(seconds=1)
@@ -14,21 +18,29 @@ SKEW_WARNING = timedelta(seconds=1)
 
 class Clock:
     def __init__(self) -> None:
-        self._offset = timedelta(0)
         self._lock = threading.Lock()
+        self._anchor = datetime.now(UTC)
+        self._anchor_mono = time.monotonic()
+        self._offset = timedelta(0)
 
     def now(self) -> datetime:
+        """The database clock now: the last reading plus the time elapsed since it."""
         with self._lock:
-            return datetime.now(UTC) + self._offset
+            anchor, anchor_mono = self._anchor, self._anchor_mono
+        return anchor + timedelta(seconds=time.monotonic() - anchor_mono)
 
     @property
     def offset(self) -> timedelta:
+        """How far the database's clock was from this host's at the last reading."""
         with self._lock:
             return self._offset
 
-    def calibrate(self, before: datetime, database_time: datetime, after: datetime) -> timedelta:
-        """Take the database reading as of the midpoint of the round trip."""
-        offset = database_time - (before + (after - before) / 2)
+    def calibrate(self, before: float, database_time: datetime, after: float) -> timedelta:
+        """Take a reading of the database clock, made between the monotonic instants
+        `before` and `after`, as of their midpoint; return the host clock's offset."""
+        midpoint = before + (after - before) / 2
+        host = datetime.now(UTC) - timedelta(seconds=time.monotonic() - midpoint)
+        offset = database_time - host
         with self._lock:
-            self._offset = offset
+            self._anchor, self._anchor_mono, self._offset = database_time, midpoint, offset
         return offset

@@ -3,6 +3,9 @@
 The loop wakes at the earliest of "next period" and "stop requested"; it never polls.
 Side threads (the keeper's heartbeat, the recovery loop) are supervised: if one of
 them dies, the node stops rather than run without it.
+
+Shutdown stops the loop and the side threads that claim, then drains the dispatcher
+while the heartbeat still renews the leases of what runs, and stops the heartbeat last.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
@@ -31,7 +34,7 @@ from scheduler.registry import Job
 from scheduler.retention import Pruner
 from scheduler.shares import HANDOFF_S, Shares, jobs_digest
 from scheduler.store import nodes, runs
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database, describe_fault
 from scheduler.store.nodes import NodeIdentity
 from scheduler.store.runs import ClaimResult, Due
 from scheduler.timeline import Timeline
@@ -40,6 +43,8 @@ DEFAULT_HEARTBEAT = timedelta(seconds=10)
 DEFAULT_RECOVERY_INTERVAL = timedelta(seconds=1)
 DEFAULT_CATCHUP_INTERVAL = timedelta(seconds=60)
 CLAIM_RETRY_S = 1.0
+# How often, at most, a node says that the database refused periods as early.
+EARLY_WARNING_S = 60.0
 # Periods this node could not claim for this long (database down) are left to catch-up.
 LATE_LIMIT = timedelta(minutes=5)
 OVERLAP_LIMITS = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: None}
@@ -84,6 +89,8 @@ class Daemon:
         self._settings = settings
         self._stop = threading.Event()
         self._clock = Clock()
+        self._retrying = False
+        self._early_said = -EARLY_WARNING_S
         # The live loop claims every period after this instant; earlier ones are
         # catch-up's.
         self._live_since = self._clock.now()
@@ -96,10 +103,10 @@ class Daemon:
             dispatcher=self.dispatcher,
             node_id=node.id,
             interval=heartbeat.total_seconds(),
-            stop=self._stop,
             log=self._log,
             clock=self._clock,
             shares=self.shares,
+            halt=self._stop,
         )
         self._recovery = Recovery(
             database=database,
@@ -170,11 +177,17 @@ class Daemon:
             for job, period in timeline.pop_due(now):
                 item = due_for(job, period)
                 (pending if self.shares.mine(job.name) else theirs).append(item)
-            pending = self._claim(pending, now)
             if theirs:
                 handed.append((time.monotonic() + HANDOFF_S, theirs))
-            while handed and handed[0][0] <= time.monotonic():
-                pending = self._claim(self._left_over(handed.popleft()[1]), now) + pending
+            looked: list[Due] = []
+            # After a failed claim the peers are likely stuck too: their shares are
+            # looked at now, so that the backlog is claimed in one batch once the
+            # database answers (periods claimed together do not skip each other).
+            while handed and (self._retrying or handed[0][0] <= time.monotonic()):
+                looked += handed.popleft()[1]
+            batch = pending + self._left_over(looked)
+            pending = self._claim(batch, now, retried=self._retrying)
+            self._retrying = bool(pending)
             waits = [CLAIM_RETRY_S] if pending else []
             next_due = timeline.next_due()
             if next_due is not None:
@@ -185,17 +198,24 @@ class Daemon:
 
     def _left_over(self, theirs: list[Due]) -> list[Due]:
         """What the peers' shares still lack; all of it if the database cannot say."""
+        if not theirs:
+            return []
         try:
             left = runs.unclaimed(self._database, theirs)
-        except DBAPIError as error:
-            self._log.warning("claim_failed", error=first_line(error.orig), periods=len(theirs))
+        except SQLAlchemyError as error:
+            self._log.warning("claim_failed", error=describe_fault(error), periods=len(theirs))
             return theirs
         if left:
             self._log.info("peer_share_claimed", periods=len(left), of=len(theirs))
         return left
 
-    def _claim(self, due: list[Due], now: datetime) -> list[Due]:
-        """Claim and dispatch; on a database fault keep the periods for the next try."""
+    def _claim(self, due: list[Due], now: datetime, *, retried: bool) -> list[Due]:
+        """Claim and dispatch; on a database fault keep the periods for the next try.
+        Periods the database clock has not reached yet are kept too, and said.
+
+        `retried`: the claim is tried again after a fault, whose commit may have landed
+        with its reply lost: rows already in this node's name are taken as won.
+        """
         if not due:
             return []
         # Runs are dispatched once the whole batch is claimed: their threads would
@@ -203,22 +223,46 @@ class Daemon:
         # to the last claim). Chunks committed before a fault are dispatched all the same.
         committed: list[ClaimResult] = []
         try:
-            result = runs.claim(self._database, due, self._node.id, committed=committed.append)
-        except DBAPIError as error:
-            self._log.warning("claim_failed", error=first_line(error.orig), periods=len(due))
+            result = runs.claim(
+                self._database, due, self._node.id, committed=committed.append, adopt=retried
+            )
+        except SQLAlchemyError as error:
+            self._log.warning("claim_failed", error=describe_fault(error), periods=len(due))
             # The rest is retried; a period claimed meanwhile by another node (or by
             # this one, in a chunk that committed) is simply not returned again.
             return [item for item in due if now - item.period < LATE_LIMIT]
         finally:
             for part in committed:
                 self._dispatch(part)
-        metrics.record_claims(len(due), result.won, result.skipped)
+        if result.early:
+            self._early(result.early)
+        metrics.record_claims(len(due) - len(result.early), result.won, result.skipped)
         if self._log.is_enabled_for(logging.DEBUG):
             taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
+            early = {(item.job, item.period) for item in result.early}
             for item in due:
-                if (item.job, item.period) not in taken:
+                if (item.job, item.period) not in taken | early:
                     self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
-        return []
+        return result.early
+
+    def _early(self, early: list[Due]) -> None:
+        """The database says these periods have not come yet: this node's clock is ahead
+        of it. Read the clock again, say so once a while, and keep the periods."""
+        try:
+            self.keeper.calibrate()
+        except SQLAlchemyError as error:
+            self._log.warning("heartbeat_failed", error=describe_fault(error))
+        moment = time.monotonic()
+        if moment - self._early_said >= EARLY_WARNING_S:
+            self._early_said = moment
+            first = min(item.period for item in early)
+            self._log.warning(
+                "clock_skew",
+                stage="claim",
+                periods=len(early),
+                first=first.isoformat(),
+                offset_s=round(self._clock.offset.total_seconds(), 3),
+            )
 
     def _dispatch(self, result: ClaimResult) -> None:
         """One committed chunk of a claim: log it and start its runs."""
@@ -247,16 +291,22 @@ class Daemon:
         self._log.info(
             "node_stopping", running=running, grace_s=self._settings.grace.total_seconds()
         )
-        abandoned = self.dispatcher.drain(self._settings.grace.total_seconds())
-        try:
-            nodes.mark_stopped(self._database, self._node.id)
-        except DBAPIError as error:
-            self._log.warning("node_stop_unrecorded", error=first_line(error.orig))
+        abandoned = self.dispatcher.drain(
+            self._settings.grace.total_seconds(), before_giving_back=self._leave
+        )
         self._log.info("node_stopped", abandoned=abandoned)
         for side in (self.keeper, self._recovery, self._catch_up, self._pruner):
             if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned
+
+    def _leave(self) -> None:
+        """The drain is over: stop renewing and say this node is gone."""
+        self.keeper.stop()
+        try:
+            nodes.mark_stopped(self._database, self._node.id)
+        except SQLAlchemyError as error:
+            self._log.warning("node_stop_unrecorded", error=describe_fault(error))
 
 
 def tune_garbage_collection() -> None:

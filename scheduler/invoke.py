@@ -2,8 +2,13 @@
 a child process that can be killed.
 
 A thread cannot be killed: a plain function that outlives its timeout is recorded
-`timed_out`, told to stop through `ctx.cancelled`, and left to return on its own.
-Use `isolation="process"` for work that must really stop.
+`timed_out`, told to stop through `ctx.cancelled`, and left to return on its own; the
+outcome says it is still running (`lingering`), so that its retry waits for it. Use
+`isolation="process"` for work that must really stop.
+
+A child process never outlives its node: it watches a pipe whose other end only the
+node holds, and leaves at once when the node is gone (SIGKILL included); the node
+kills it itself when the run is cancelled, lost or abandoned.
 """
 
 from __future__ import annotations
@@ -11,11 +16,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 import multiprocessing
+import os
+import signal
 import threading
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from scheduler import logs
@@ -31,12 +41,19 @@ from scheduler.store.runs import Claim, Failure
 TRACEBACK_LIMIT = 4000
 MESSAGE_LIMIT = 2000
 CHILD_POLL_S = 0.1
+# The exit status of a child that found its node gone.
+ORPHANED_EXIT = 70
+# Told about the child process of a run as soon as it exists, so that the dispatcher
+# can kill it itself.
+Attach = Callable[[BaseProcess], None]
 
 
 @dataclass(frozen=True)
 class Outcome:
     status: RunStatus
     failure: Failure | None = None
+    # A function that outlived its timeout in its thread and still runs there.
+    lingering: threading.Thread | None = field(default=None, compare=False)
 
 
 SUCCEEDED = Outcome(RunStatus.SUCCEEDED)
@@ -45,22 +62,30 @@ SUCCEEDED = Outcome(RunStatus.SUCCEEDED)
 def describe(error: BaseException) -> Failure:
     """A job's exception as stored data: qualified type, message, traceback tail."""
     return Failure(
-        type=f"{type(error).__module__}.{type(error).__qualname__}",
+        type=_storable(f"{type(error).__module__}.{type(error).__qualname__}"),
         message=_storable(str(error))[:MESSAGE_LIMIT],
         traceback=_storable("".join(traceback.format_exception(error)))[-TRACEBACK_LIMIT:],
     )
 
 
 def _storable(text: str) -> str:
-    """PostgreSQL text cannot hold NUL; a message carrying one must not wedge its outcome."""
-    return text.replace("\x00", "\\x00")
+    """Text any database takes: PostgreSQL's cannot hold NUL, and no driver can encode a
+    lone surrogate (what decoding bytes with errors="surrogateescape" leaves); a message
+    carrying either must not wedge its outcome."""
+    cleaned = text.replace("\x00", "\\x00")
+    return cleaned.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def invoke(job: Job, context: RunContext, loop: asyncio.AbstractEventLoop | None) -> Outcome:
+def invoke(
+    job: Job,
+    context: RunContext,
+    loop: asyncio.AbstractEventLoop | None,
+    attach: Attach | None = None,
+) -> Outcome:
     """Run the job once and say how it ended; the job's errors never escape."""
     timeout = job.policy.timeout.total_seconds() if job.policy.timeout else None
     if job.policy.isolation is Isolation.PROCESS:
-        return _in_child(job, context, timeout)
+        return _in_child(job, context, timeout, attach)
     if job.is_async:
         assert loop is not None, "coroutine jobs need the dispatcher's event loop"
         return _on_loop(job, context, loop, timeout)
@@ -91,7 +116,7 @@ def _in_thread(job: Job, context: RunContext, timeout: float) -> Outcome:
     runner.join(timeout)
     if runner.is_alive():
         context.cancelled.set()
-        return _timed_out(timeout)
+        return Outcome(RunStatus.TIMED_OUT, _timed_out(timeout).failure, lingering=runner)
     return result[0]
 
 
@@ -134,10 +159,14 @@ class ChildRun:
     database_url: str | None = None
 
 
-def _in_child(job: Job, context: RunContext, timeout: float | None) -> Outcome:
+def _in_child(
+    job: Job, context: RunContext, timeout: float | None, attach: Attach | None
+) -> Outcome:
     """Run in a fresh interpreter; kill it at the deadline or when the run is cancelled."""
     spawn = multiprocessing.get_context("spawn")
     receiver, sender = spawn.Pipe(duplex=False)
+    # Only this process holds `lifeline`'s writing end: when it dies, the child reads EOF.
+    watched, lifeline = spawn.Pipe(duplex=False)
     payload = ChildRun(
         module=job.func.__module__,
         job=job.name,
@@ -154,9 +183,23 @@ def _in_child(job: Job, context: RunContext, timeout: float | None) -> Outcome:
             else None
         ),
     )
-    child = spawn.Process(target=child_main, args=(payload, sender), name=f"job:{job.name}")
+    child = spawn.Process(
+        target=child_main, args=(payload, sender, watched), name=f"job:{job.name}"
+    )
     child.start()
     sender.close()
+    watched.close()
+    try:
+        if attach is not None:
+            attach(child)
+        return _watch_child(child, receiver, context, timeout)
+    finally:
+        lifeline.close()
+
+
+def _watch_child(
+    child: BaseProcess, receiver: Connection, context: RunContext, timeout: float | None
+) -> Outcome:
     waited = 0.0
     while child.is_alive():
         child.join(CHILD_POLL_S)
@@ -183,8 +226,11 @@ def _child_result(receiver: Connection, exitcode: int | None) -> Outcome:
     )
 
 
-def child_main(payload: ChildRun, sender: Connection) -> None:
+def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> None:
     """Entry point of the child: import the job's module, call it, send back the outcome."""
+    # Ctrl-C reaches the whole process group; the node decides when its children stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_leave_with_node, args=(lifeline,), daemon=True).start()
     logs.configure(*payload.log_settings)
     module = importlib.import_module(payload.module)
     job = next(
@@ -213,10 +259,17 @@ def child_main(payload: ChildRun, sender: Connection) -> None:
     sender.close()
 
 
+def _leave_with_node(lifeline: Connection) -> None:
+    """Block until the node's end of the pipe closes (the node is gone), then leave."""
+    with suppress(EOFError, OSError):
+        lifeline.recv_bytes()
+    os._exit(ORPHANED_EXIT)
+
+
 def _child_ledger(payload: ChildRun) -> Ledger | None:
     if payload.claim is None or payload.database_url is None:
         return None
-    return Ledger(open_database(payload.database_url, pool_size=1), payload.claim)
+    return Ledger(open_database(payload.database_url, connections=2), payload.claim)
 
 
 async def _await(job: Job, context: RunContext) -> Outcome:

@@ -1,8 +1,12 @@
 """The node's heartbeat: keeps its row in `scheduler_nodes` fresh and its leases alive,
 and learns which peers are alive to share out due periods with.
 
-A run whose lease could not be renewed for a whole lease TTL is treated as lost:
-another node may already have taken it.
+Leases are renewed by the holder's name, so a renewal also finds what this node holds
+without knowing it (a claim or start whose reply was lost) and hands it to the
+dispatcher to settle. The heartbeat has a stop event of its own: it keeps renewing
+while the node drains, and stops only once no run is left to renew. Whether a run is
+still this node's by its own clock is the dispatcher's lease watch's to decide, not this
+thread's, which may be stuck in a call to a database that does not answer.
 """
 
 from __future__ import annotations
@@ -11,15 +15,14 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.clock import SKEW_WARNING, Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.shares import Shares
 from scheduler.store import nodes, runs
-from scheduler.store.database import Database, first_line
-from scheduler.store.runs import RunKey
+from scheduler.store.database import Database, describe_fault
 from scheduler.supervision import SideThread
 
 FIRST_BEAT_S = 1.0
@@ -36,12 +39,13 @@ class Keeper(SideThread):
         dispatcher: Dispatcher,
         node_id: str,
         interval: float,
-        stop: threading.Event,
         log: FilteringBoundLogger,
         clock: Clock,
         shares: Shares,
+        halt: threading.Event,
     ) -> None:
-        super().__init__("keeper", stop, log)
+        # Its own stop event (it beats on while the node drains); a crash halts the node.
+        super().__init__("keeper", threading.Event(), log, halt=halt)
         # Soon after start, so that nodes started together learn of each other at once.
         self.first_wait = min(interval, FIRST_BEAT_S)
         self._database = database
@@ -51,7 +55,6 @@ class Keeper(SideThread):
         self._interval = interval
         self._clock = clock
         self._skewed = False
-        self._renewed_at: dict[RunKey, float] = {}
         self.last_beat: float | None = None
 
     @property
@@ -59,33 +62,26 @@ class Keeper(SideThread):
         """Seconds between heartbeats; /readyz calls the node stale after three."""
         return self._interval
 
+    def stop(self) -> None:
+        """Stop beating (after the node has drained)."""
+        self._stop.set()
+
     def step(self) -> float:
         self.beat()
         return self._interval
 
     def beat(self) -> None:
-        held = self._dispatcher.held()
-        now = time.monotonic()
+        sent = time.monotonic()
         try:
             nodes.heartbeat(self._database, self._node_id)
-            renewed = runs.renew_leases(self._database, held)
+            held = runs.renew_leases(self._database, self._node_id)
+            self._dispatcher.renewed(held, sent)
             self.calibrate()
             self.find_peers()
-        except DBAPIError as error:
-            self._log.warning("heartbeat_failed", error=first_line(error.orig))
-            renewed = set()
-            for claim in held:
-                since = self._renewed_at.setdefault(claim.key, now)
-                if now - since >= claim.lease_seconds:
-                    self._dispatcher.lose(claim.key)
+        except SQLAlchemyError as error:
+            self._log.warning("heartbeat_failed", error=describe_fault(error))
             return
-        self.last_beat = now
-        for claim in held:
-            if claim.key in renewed:
-                self._renewed_at[claim.key] = now
-            else:
-                self._dispatcher.lose(claim.key)
-        self._renewed_at = {key: self._renewed_at[key] for key in renewed}
+        self.last_beat = sent
 
     def find_peers(self) -> None:
         """Read which nodes with this node's jobs are alive; they share out due periods."""
@@ -93,11 +89,16 @@ class Keeper(SideThread):
         self._shares.update(nodes.peers(self._database, self._node_id, alive_within))
 
     def calibrate(self) -> None:
-        """Measure this host's clock against the database's; warn once when they drift apart."""
-        before = datetime.now(UTC)
+        """Read the database clock, which this node schedules by; warn when this host's
+        own clock is off from it (once, until it is back)."""
+        before = time.monotonic()
         database_time = self._database.read_clock()
-        offset = self._clock.calibrate(before, database_time, datetime.now(UTC))
+        offset = self._clock.calibrate(before, database_time, time.monotonic())
         skewed = abs(offset) > SKEW_WARNING
         if skewed and not self._skewed:
-            self._log.warning("clock_skew", offset_s=round(offset.total_seconds(), 3))
+            self._log.warning(
+                "clock_skew",
+                offset_s=round(offset.total_seconds(), 3),
+                host_time=datetime.now(UTC).isoformat(),
+            )
         self._skewed = skewed

@@ -1,7 +1,9 @@
 """A run's handle on the item ledger and its checkpoint, fenced on the run's claim.
 
 `RunContext.once`, `.item`, `.checkpoint` and `.last_checkpoint` call this; the SQL
-lives in `store.items` and `store.checkpoints`.
+lives in `store.items` and `store.checkpoints`. Once the node has given the run up (its
+lease could not be renewed in time), they refuse at once, without asking the database:
+the answer might not come before another node takes the run over.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.store import checkpoints
 from scheduler.store import items as ledger
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database, describe_fault
 from scheduler.store.items import ItemState, Taken
 from scheduler.store.runs import Claim
 
@@ -38,6 +40,7 @@ class Ledger:
         self._claim = claim
         self._previous: Any = _UNREAD
         self._lock = threading.Lock()
+        self._lost = threading.Event()
 
     @property
     def database(self) -> Database:
@@ -47,10 +50,19 @@ class Ledger:
     def claim(self) -> Claim:
         return self._claim
 
+    def lose(self) -> None:
+        """The node gave the run up: refuse everything from now on."""
+        self._lost.set()
+
+    def _still_held(self) -> None:
+        if self._lost.is_set():
+            raise RunLostError(self._lost_message())
+
     def once(self, key: str, connection: object | None = None) -> bool:
         """Record `key`; True only for the first claimant, ever. Through `connection` the
         record commits or rolls back with the job's own transaction."""
         checked = self._check_key(key)
+        self._still_held()
         if connection is None:
             taken = ledger.claim(self._database, self._claim, checked, state=ItemState.DONE)
             return self._answer(taken)
@@ -65,6 +77,7 @@ class Ledger:
         """Claim `key` for the block: done when it returns, released when it raises, left
         claimed (stuck) when the process dies or the block is cancelled."""
         checked = self._check_key(key)
+        self._still_held()
         fresh = self._answer(
             ledger.claim(self._database, self._claim, checked, state=ItemState.CLAIMED)
         )
@@ -82,8 +95,8 @@ class Ledger:
         """Let a retry redo the item; if even that fails, it stays claimed and is listed stuck."""
         try:
             ledger.release(self._database, self._claim, key)
-        except DBAPIError as error:
-            log.warning("item_release_failed", key=key, error=first_line(error.orig))
+        except SQLAlchemyError as error:
+            log.warning("item_release_failed", key=key, error=describe_fault(error))
 
     def checkpoint(self, state: Any) -> None:
         try:
@@ -94,6 +107,7 @@ class Ledger:
                 "(a checkpoint must be JSON: dict, list, str, int, float, bool or None)"
             ) from None
         self.last_checkpoint()  # what earlier attempts left stays readable
+        self._still_held()
         if not checkpoints.save(self._database, self._claim, document):
             raise RunLostError(self._lost_message())
 

@@ -61,10 +61,10 @@ class Foreground:
             dispatcher=self._dispatcher,
             node_id=node.id,
             interval=job.policy.heartbeat.total_seconds(),
-            stop=stop,
             log=self.log,
             clock=self._clock,
             shares=Shares(node.id),
+            halt=stop,
         )
         self._opened = False
 
@@ -81,6 +81,7 @@ class Foreground:
 
     def close(self) -> None:
         self._stop.set()
+        self._keeper.stop()
         if self._opened:
             nodes.mark_stopped(self.database, self.node.id)
 
@@ -95,9 +96,14 @@ class Foreground:
                 attempt=current.attempt,
             )
             future = self._dispatcher.submit(current)
-            while not future.done():
+            # A function lingering past its timeout with no retry to come is left to
+            # end with this process.
+            while not future.done() and not self._dispatcher.settled(current.key):
                 if self._stop.wait(WAIT_SLICE_S):
-                    self._dispatcher.drain(self._grace.total_seconds())
+                    # The heartbeat goes on renewing the lease while the run finishes.
+                    self._dispatcher.drain(
+                        self._grace.total_seconds(), before_giving_back=self._keeper.stop
+                    )
                     return False
             current = self._next_attempt(current)
         row = runs.get(self.database, claim.job, claim.period)

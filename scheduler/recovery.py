@@ -9,14 +9,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.dispatch import Dispatcher
 from scheduler.registry import Job
 from scheduler.states import RunStatus
 from scheduler.store import runs
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database, describe_fault
 from scheduler.store.runs import Stale
 from scheduler.supervision import SideThread
 
@@ -55,8 +55,8 @@ class Recovery(SideThread):
             while self.recover_once() == BATCH and not self._stop.is_set():
                 pass
             due_in = runs.seconds_until_recovery(self._database, None)
-        except DBAPIError as error:
-            self._log.warning("recovery_failed", error=first_line(error.orig))
+        except SQLAlchemyError as error:
+            self._log.warning("recovery_failed", error=describe_fault(error))
             return self._interval
         return self._interval if due_in is None else min(self._interval, due_in + SETTLE_S)
 
@@ -72,7 +72,9 @@ class Recovery(SideThread):
         crashed = run.expired or run.status is RunStatus.ABANDONED
         limit = policy.max_attempts + (CRASH_ALLOWANCE if crashed else 0)
         log = self._log.bind(job=run.job, period=run.period.isoformat(), run_id=run.id)
-        if run.attempt >= limit:
+        # Only attempts that called the function count: a claim given back, or lost with
+        # its node, before it started costs nothing, so no period is given up unrun.
+        if run.started_attempts >= limit:
             if runs.give_up(self._database, run):
                 log.error("run_given_up", attempt=run.attempt, status=run.status.value)
             return

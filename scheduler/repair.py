@@ -97,7 +97,7 @@ def run_backfill(foreground: Foreground, steps: Sequence[Step]) -> tuple[int, in
 def _claim_step(foreground: Foreground, step: Step) -> Claim | None:
     job = foreground.job
     if step.action is Action.RUN:
-        won = history.write(
+        written = history.write(
             foreground.database,
             job.name,
             [Entry(step.period, RunStatus.CLAIMED)],
@@ -105,11 +105,11 @@ def _claim_step(foreground: Foreground, step: Step) -> Claim | None:
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.BACKFILL,
         )
-        return won[0] if won else None
+        return written.won[0] if written.won else None
     (row,) = history.runs_between(foreground.database, job.name, step.period, step.period)
     if row.status is not step.status:
         return None
-    return runs.retake(foreground.database, row, foreground.node.id, Origin.BACKFILL)
+    return runs.retake(foreground.database, row, foreground.node.id, Origin.BACKFILL, by_hand=True)
 
 
 def trigger(foreground: Foreground) -> Claim:
@@ -124,7 +124,7 @@ def trigger(foreground: Foreground) -> Claim:
         holder=foreground.node.id,
         lease_seconds=foreground.job.policy.lease.total_seconds(),
         origin=Origin.MANUAL,
-    )
+    ).won
     return claim
 
 
@@ -149,4 +149,4 @@ def rerun_target(foreground: Foreground, period: datetime, *, force: bool) -> St
 
 
 def rerun(foreground: Foreground, row: Stale) -> Claim | None:
-    return runs.retake(foreground.database, row, foreground.node.id, Origin.MANUAL)
+    return runs.retake(foreground.database, row, foreground.node.id, Origin.MANUAL, by_hand=True)

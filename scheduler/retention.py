@@ -10,13 +10,13 @@ import random
 import threading
 from datetime import timedelta
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
 from scheduler.store import prune
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database, describe_fault
 
 PRUNE_INTERVAL = timedelta(hours=1)
 
@@ -67,8 +67,8 @@ class Pruner(threading.Thread):
         try:
             cutoff = prune.cutoff_for(self._database, self._retention)
             result = prune.prune(self._database, cutoff, keep_going=self._keep_going)
-        except DBAPIError as error:
-            self._log.warning("prune_failed", error=first_line(error.orig))
+        except SQLAlchemyError as error:
+            self._log.warning("prune_failed", error=describe_fault(error))
             return
         if result.runs or result.items:
             self._log.info(

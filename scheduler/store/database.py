@@ -1,7 +1,14 @@
 """Opening the database: URL checks, engine settings per backend, the database clock.
 
 SQLite is opened in WAL mode with `BEGIN IMMEDIATE` so that several processes on one
-file queue for the write lock instead of failing with "database is locked".
+file queue for the write lock instead of failing with "database is locked", and with
+`synchronous=FULL`: in WAL mode NORMAL may lose the last commits on a power loss, and a
+claim the node already acted on must not vanish and be claimed again.
+
+On PostgreSQL, transactions that take locks other nodes wait for are `guarded()`: a lock
+wait, a statement and an idle moment inside the transaction are each bounded, so a node
+frozen mid-transaction (SIGSTOP, a paused VM) is cut off by the server instead of
+stalling every node behind its locks.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ from scheduler.store.schema import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_S = 30
 CONNECT_TIMEOUT_S = 5
+# Bounds of a guarded transaction (PostgreSQL). A healthy claim waits milliseconds for
+# another node's claim lock and never sits idle inside its transaction; a node that does
+# for this long is frozen, and the server ends its session, releasing its locks.
+LOCK_TIMEOUT_S = 2.0
+IDLE_IN_TRANSACTION_S = 5.0
+STATEMENT_TIMEOUT_S = 60.0
+# Connections a pool keeps open between uses; more are opened for bursts and closed after.
+POOL_KEPT = 5
 
 
 def parse_database_url(raw: str) -> URL:
@@ -55,6 +70,14 @@ def parse_database_url(raw: str) -> URL:
 
 
 @dataclass(frozen=True)
+class Guarded:
+    """An open guarded transaction and the database clock when it began."""
+
+    connection: Connection
+    began: datetime
+
+
+@dataclass(frozen=True)
 class Database:
     """An engine plus what differs between backends; the store's handle on everything."""
 
@@ -73,23 +96,70 @@ class Database:
         return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
 
     def now(self) -> ColumnElement[datetime]:
-        """The database clock: the server's on PostgreSQL; SQLite shares our host's."""
+        """The database clock as the statement began: the server's on PostgreSQL (not
+        `now()`, which is the transaction's start); SQLite shares our host's. Stable within
+        a statement, so an index can serve a comparison with it."""
         if self.is_postgres:
-            return func.now().cast(UTCDateTime())
+            return func.statement_timestamp().cast(UTCDateTime())
         return literal(datetime.now(UTC), UTCDateTime())
 
     def now_plus(self, seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
         """The database clock plus a number of seconds (a column or a value)."""
         if self.is_postgres:
-            return (func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)).cast(UTCDateTime())
+            return (
+                func.statement_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+            ).cast(UTCDateTime())
+        return self._host_plus(seconds)
+
+    def lease_until(self, seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
+        """When a lease given now ends: the database clock at the moment the row is
+        written, after any wait for a lock inside the statement, so that a lease is
+        never written shorter than it was asked for (let alone already expired)."""
+        if self.is_postgres:
+            return (func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)).cast(
+                UTCDateTime()
+            )
+        return self._host_plus(seconds)
+
+    @staticmethod
+    def _host_plus(seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
         if not isinstance(seconds, int | float):
-            raise TypeError("SQLite leases are computed per value, not per column")
+            raise TypeError("SQLite times are computed per value, not per column")
         return literal(datetime.now(UTC) + timedelta(seconds=seconds), UTCDateTime())
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self.engine.begin() as connection:
             yield connection
+
+    @contextmanager
+    def guarded(self, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Iterator[Guarded]:
+        """A transaction for writes that take locks other nodes wait for.
+
+        On PostgreSQL its first statement bounds, for this transaction only (so behind a
+        pooler nothing leaks into another client's session), how long it waits for a
+        lock, runs a statement, and may sit idle: a node frozen inside it loses its
+        session and its locks after IDLE_IN_TRANSACTION_S. It also reads the clock.
+        SQLite's single writer lock is bounded by its busy timeout instead.
+        """
+        with self.engine.begin() as connection:
+            if not self.is_postgres:
+                yield Guarded(connection, datetime.now(UTC))
+                return
+            began = connection.execute(
+                text(
+                    "SELECT set_config('lock_timeout', :lock, true),"
+                    " set_config('idle_in_transaction_session_timeout', :idle, true),"
+                    " set_config('statement_timeout', :statement, true),"
+                    " statement_timestamp()"
+                ),
+                {
+                    "lock": f"{round(lock_timeout * 1000)}ms",
+                    "idle": f"{round(IDLE_IN_TRANSACTION_S * 1000)}ms",
+                    "statement": f"{round(STATEMENT_TIMEOUT_S * 1000)}ms",
+                },
+            ).one()[3]
+            yield Guarded(connection, began.astimezone(UTC))
 
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
@@ -115,20 +185,33 @@ class Database:
         self.engine.dispose()
 
 
-def open_database(raw_url: str, *, must_exist: bool = True, pool_size: int = 10) -> Database:
-    """Create the engine and prove it connects; every failure is one line for the user."""
+def open_database(
+    raw_url: str,
+    *,
+    must_exist: bool = True,
+    connections: int = 10,
+    application_name: str = "scheduler",
+) -> Database:
+    """Create the engine and prove it connects; every failure is one line for the user.
+
+    `connections` is how many may be in use at once (a node: its workers and its side
+    threads, so that no checkout waits on another thread's work); a few stay open
+    between uses, the rest are closed when given back.
+    """
     url = parse_database_url(raw_url)
+    kept = min(connections, POOL_KEPT)
     if url.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url, must_exist=must_exist)
+        engine = _sqlite_engine(url, must_exist=must_exist, kept=kept, extra=connections - kept)
     else:
         engine = create_engine(
             url,
-            pool_size=pool_size,
-            max_overflow=pool_size * 2,
+            pool_size=kept,
+            max_overflow=connections - kept,
             pool_recycle=1800,
             connect_args={
                 "connect_timeout": CONNECT_TIMEOUT_S,
-                "application_name": "scheduler",
+                # pg_stat_activity shows which node a session belongs to.
+                "application_name": application_name[:63],
                 # No server-side prepared statements: behind PgBouncer in transaction
                 # mode (before 1.21) the next transaction may land on a server
                 # connection where psycopg's prepared statement does not exist.
@@ -146,7 +229,7 @@ def open_database(raw_url: str, *, must_exist: bool = True, pool_size: int = 10)
     return database
 
 
-def _sqlite_engine(url: URL, *, must_exist: bool) -> Engine:
+def _sqlite_engine(url: URL, *, must_exist: bool, kept: int, extra: int) -> Engine:
     path = Path(url.database or "")
     if must_exist and not path.exists():
         raise UserError(
@@ -154,7 +237,10 @@ def _sqlite_engine(url: URL, *, must_exist: bool) -> Engine:
             "run `scheduler migrate` to create it"
         )
     engine = create_engine(
-        url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+        url,
+        pool_size=kept,
+        max_overflow=extra,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
     )
 
     @event.listens_for(engine, "connect")
@@ -165,7 +251,7 @@ def _sqlite_engine(url: URL, *, must_exist: bool) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
         cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA synchronous = FULL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -173,6 +259,13 @@ def _sqlite_engine(url: URL, *, must_exist: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def describe_fault(error: BaseException) -> str:
+    """One line for a store fault: the driver's message when there is one (a
+    `DBAPIError` wraps it), else the error's own (a pool timeout, a bad parameter)."""
+    original = getattr(error, "orig", None)
+    return first_line(original if original is not None else error)
 
 
 def first_line(error: object) -> str:

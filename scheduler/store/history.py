@@ -3,9 +3,10 @@ catch-up and backfill, and the per-job catch-up watermark."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,14 @@ from sqlalchemy import Connection, String, bindparam, select, text, update
 
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.runs import STALE_COLUMNS, Claim, Stale, stale_from
+from scheduler.store.runs import (
+    FUTURE_TOLERANCE,
+    STALE_COLUMNS,
+    Claim,
+    Stale,
+    lock_jobs,
+    stale_from,
+)
 from scheduler.store.schema import UTCDateTime, jobs, runs
 
 # One INSERT statement carries at most this many rows (SQLite's variable limit).
@@ -40,6 +48,15 @@ def existing_periods(
         return set(connection.execute(statement).scalars())
 
 
+@dataclass(frozen=True)
+class Written:
+    """What `write` did: the claimed entries this node won, and the entries it left
+    alone because the database clock has not reached their period yet."""
+
+    won: list[Claim] = field(default_factory=list)
+    early: list[Entry] = field(default_factory=list)
+
+
 def write(
     database: Database,
     job: str,
@@ -48,12 +65,23 @@ def write(
     holder: str,
     lease_seconds: float,
     origin: Origin,
-) -> list[Claim]:
-    """Insert the entries that have no row yet; return the claimed ones this node won."""
+) -> Written:
+    """Insert the entries that have no row yet; return the claimed ones this node won.
+
+    Claimed entries take the job's lock, as a claim does, so that a period inserted
+    here is seen by the start of any other period of the job.
+    """
     won: list[Claim] = []
-    claimed = [entry for entry in entries if entry.status is RunStatus.CLAIMED]
-    recorded = [entry for entry in entries if entry.status is not RunStatus.CLAIMED]
-    with database.transaction() as connection:
+    sent = time.monotonic()
+    with database.guarded() as guarded:
+        connection = guarded.connection
+        horizon = guarded.began + FUTURE_TOLERANCE
+        early = [entry for entry in entries if entry.period > horizon]
+        entries = [entry for entry in entries if entry.period <= horizon]
+        claimed = [entry for entry in entries if entry.status is RunStatus.CLAIMED]
+        recorded = [entry for entry in entries if entry.status is not RunStatus.CLAIMED]
+        if claimed:
+            lock_jobs(database, connection, [job])
         if database.is_postgres:
             _record_postgres(
                 connection, job, recorded, holder=holder, lease_seconds=lease_seconds, origin=origin
@@ -65,7 +93,7 @@ def write(
                 _insert(database, lease_expiry=None, holder=holder),
                 [_row(job, entry, origin, lease_seconds) for entry in chunk],
             )
-        expiry = database.now_plus(
+        expiry = database.lease_until(
             bindparam("lease_seconds") if database.is_postgres else lease_seconds
         )
         for start in range(0, len(claimed), ROWS_PER_STATEMENT):
@@ -76,10 +104,10 @@ def write(
                 _insert(database, lease_expiry=expiry, holder=holder).returning(runs.c.id), rows
             )
             won += [
-                Claim(run_id, job, periods[run_id], 1, holder, lease_seconds, origin)
+                Claim(run_id, job, periods[run_id], 1, holder, lease_seconds, origin, sent)
                 for run_id in result.scalars()
             ]
-    return sorted(won, key=lambda claim: claim.period)
+    return Written(sorted(won, key=lambda claim: claim.period), early)
 
 
 # PostgreSQL: skipped and missed periods travel as arrays, a few statements for a day of
@@ -90,7 +118,7 @@ _RECORD_POSTGRES = text(
     INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt, holder,
                              lease_seconds, lease_expires_at, claimed_at, finished_at)
     SELECT entry.id, :job, entry.period, entry.status, entry.reason, :origin, 1, :holder,
-           :lease_seconds, NULL, now(), now()
+           :lease_seconds, NULL, statement_timestamp(), statement_timestamp()
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
                 CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]))
          AS entry(id, period, status, reason)

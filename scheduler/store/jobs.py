@@ -6,10 +6,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import case, or_, select, update
 
 from scheduler.store.database import Database
-from scheduler.store.schema import jobs
+from scheduler.store.schema import jobs, pauses
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class JobRow:
     alert_after_seconds: float | None
     resumed_at: datetime | None = None
     caught_up_to: datetime | None = None
+    schedule_changed_at: datetime | None = None
+    previous_cron: str | None = None
+    previous_timezone: str | None = None
 
 
 _POLICY_COLUMNS = (
@@ -53,16 +56,25 @@ _POLICY_COLUMNS = (
 
 
 def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> None:
-    """Upsert each loaded job's schedule and policy, keeping `first_seen` and `paused`."""
+    """Upsert each loaded job's schedule and policy, keeping `first_seen` and `paused`.
+
+    A schedule (cron or time zone) other than the stored one is a change of schedule:
+    its instant and the schedule it replaced are kept, for catch-up.
+    """
     if not definitions:
         return
     now = database.now()
     statement = database.insert(jobs).values(first_seen=now, last_seen=now, paused=False)
+    new = statement.excluded
+    changed = or_(jobs.c.cron != new.cron, jobs.c.timezone != new.timezone)
     statement = statement.on_conflict_do_update(
         index_elements=["name"],
         set_={
-            **{column: statement.excluded[column] for column in _POLICY_COLUMNS},
+            **{column: new[column] for column in _POLICY_COLUMNS},
             "last_seen": now,
+            "schedule_changed_at": case((changed, now), else_=jobs.c.schedule_changed_at),
+            "previous_cron": case((changed, jobs.c.cron), else_=jobs.c.previous_cron),
+            "previous_timezone": case((changed, jobs.c.timezone), else_=jobs.c.previous_timezone),
         },
     )
     with database.transaction() as connection:
@@ -80,15 +92,55 @@ def all_jobs(database: Database, names: Collection[str] | None = None) -> list[J
 
 
 def set_paused(database: Database, name: str, *, paused: bool) -> bool:
-    """Pause or resume a job for every node; False if the database has never seen it."""
+    """Pause or resume a job for every node; False if the database has never seen it.
+
+    Each pause is also kept in `scheduler_pauses`, so that catch-up knows every pause,
+    not only the latest."""
     now = database.now()
     values = {"paused": True, "paused_at": now} if paused else {"paused": False, "resumed_at": now}
     statement = (
-        update(jobs).where(jobs.c.name == name, jobs.c.paused.is_(not paused)).values(**values)
+        update(jobs)
+        .where(jobs.c.name == name, jobs.c.paused.is_(not paused))
+        .values(**values)
+        .returning(jobs.c.paused_at, jobs.c.resumed_at)
     )
     with database.transaction() as connection:
-        if connection.execute(statement).rowcount == 1:
+        changed = connection.execute(statement).first()
+        if changed is not None:
+            if paused:
+                connection.execute(pauses.insert().values(job=name, paused_at=changed.paused_at))
+            else:
+                connection.execute(
+                    update(pauses)
+                    .where(pauses.c.job == name, pauses.c.resumed_at.is_(None))
+                    .values(resumed_at=changed.resumed_at)
+                )
             return True
         return (
             connection.execute(select(jobs.c.name).where(jobs.c.name == name)).first() is not None
         )
+
+
+@dataclass(frozen=True)
+class PauseRow:
+    """One pause of a job: [paused_at, resumed_at), resumed_at None while it lasts."""
+
+    job: str
+    paused_at: datetime
+    resumed_at: datetime | None
+
+
+def pauses_since(database: Database, names: Collection[str], since: datetime) -> list[PauseRow]:
+    """Every pause of these jobs that was still on at or after `since`."""
+    if not names:
+        return []
+    statement = (
+        select(pauses.c.job, pauses.c.paused_at, pauses.c.resumed_at)
+        .where(
+            pauses.c.job.in_(sorted(names)),
+            or_(pauses.c.resumed_at.is_(None), pauses.c.resumed_at > since),
+        )
+        .order_by(pauses.c.job, pauses.c.paused_at)
+    )
+    with database.transaction() as connection:
+        return [PauseRow(*row) for row in connection.execute(statement)]

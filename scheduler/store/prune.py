@@ -7,8 +7,10 @@ wait long behind a prune. What is deleted, and what never is:
   running, no retry pending), except each job's newest run and newest success
   (`scheduler check` and the metrics read those) and runs after the job's catch-up
   watermark (catch-up would take the gap for a missed period);
-- an item that is `done` and was finished before the cutoff. Claimed items are kept
-  however old: their effect is unknown until an operator looks.
+- an item that is `done`, was finished before the cutoff, and whose run is gone (deleted
+  here, or long before): a kept run keeps its items, so that a rerun of it does not
+  handle them again. Claimed items are kept however old: their effect is unknown until
+  an operator looks.
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def _prunable_run(cutoff: datetime) -> ColumnElement[bool]:
 
 
 def _prunable_item(cutoff: datetime) -> ColumnElement[bool]:
-    return and_(items.c.state == ItemState.DONE.value, items.c.done_at < cutoff)
+    return and_(
+        items.c.state == ItemState.DONE.value,
+        items.c.done_at < cutoff,
+        ~exists().where(runs.c.id == items.c.run_id),
+    )
 
 
 def prune(

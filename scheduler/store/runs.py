@@ -1,23 +1,32 @@
 """Claiming periods and recording what became of them: the runs table's statements.
 
 Every write after the claim is fenced on (id, attempt, holder): a node that lost
-its lease learns so from a zero row count and cannot overwrite the new holder.
+its lease learns so from a zero row count and cannot overwrite the new holder. Every
+fenced write is also idempotent for its own holder: a write whose commit succeeded
+but whose reply was lost finds, when it is tried again, that it already happened.
+
+Times compared in a WHERE clause are the statement's start (`Database.now`); a lease
+is written from the clock at the moment of writing (`Database.lease_until`), after
+any lock wait, so it is never shorter than asked for.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     and_,
     bindparam,
     case,
@@ -42,11 +51,20 @@ ACTIVE = [status.value for status in ACTIVE_STATUSES]
 RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDONED.value]
 # Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
 JOBS_PER_TRANSACTION = 500
+# How far ahead of the database clock a period may be and still be claimed: the host
+# clocks of nodes and the database's never agree to the microsecond.
+FUTURE_TOLERANCE = timedelta(seconds=2)
 # (run id, attempt): the fencing pair that names one attempt of a run.
 RunKey = tuple[str, int]
 _other = runs.alias("other")
 # The active statuses as SQL literals, for statements written as text.
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+# A run occupies its job (for overlap and for one-at-a-time starts) while it is claimed
+# or running, or timed out with its function still running under a live lease.
+_OCCUPYING_SQL = (
+    f"(other.status IN ({_ACTIVE_SQL}) OR (other.status = 'timed_out'"
+    " AND other.lease_expires_at > statement_timestamp()))"
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +84,12 @@ class Due:
 
 @dataclass(frozen=True)
 class Claim:
-    """A period this node holds: the fencing triple plus what a dispatcher needs."""
+    """A period this node holds: the fencing triple plus what a dispatcher needs.
+
+    `lease_from` is this process's monotonic clock just before the statement that gave
+    the lease was sent: the lease cannot end before `lease_from + lease_seconds` by that
+    clock, which is how the holder knows, without asking, until when it is safe.
+    """
 
     id: str
     job: str
@@ -75,6 +98,10 @@ class Claim:
     holder: str
     lease_seconds: float
     origin: Origin
+    lease_from: float = field(default=0.0, compare=False)
+    # Earlier attempts of the period that called the function (not those given back
+    # before they started): what counts against the job's retries.
+    starts_before: int = 0
 
     @property
     def key(self) -> RunKey:
@@ -87,6 +114,8 @@ class ClaimResult:
     won: list[Claim]
     skipped: list[Claim]
     reasons: dict[str, Reason] = field(default_factory=dict)
+    # Periods not claimed because the database clock has not reached them yet.
+    early: list[Due] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -98,47 +127,321 @@ class Failure:
     traceback: str
 
 
+def job_lock_key(job: str) -> int:
+    """A stable signed 64-bit key per job, the same on every node and Python version."""
+    digest = hashlib.blake2b(f"scheduler:{job}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def lock_jobs(database: Database, connection: Connection, jobs: Collection[str]) -> None:
+    """Serialise this transaction with every other that claims, starts, retakes or
+    inserts a run of these jobs (PostgreSQL; SQLite has one writer at a time anyway).
+    Taken in key order in one statement: no deadlock."""
+    if not database.is_postgres or not jobs:
+        return
+    keys = sorted({job_lock_key(job) for job in jobs})
+    connection.execute(
+        text(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k"
+        ),
+        {"keys": keys},
+    )
+
+
+# -- claims ---------------------------------------------------------------------------
+
+
 def claim(
     database: Database,
     due: Sequence[Due],
     holder: str,
     committed: Callable[[ClaimResult], None] | None = None,
+    *,
+    adopt: bool = False,
 ) -> ClaimResult:
     """Claim many periods at once; return the ones this node won, and those it skipped.
 
-    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per round of a chunk
-    (on PostgreSQL the periods travel as arrays; SQLAlchemy pages SQLite's as multi-row
-    VALUES): a row comes back only for the periods nobody held, so losing is silent. A
-    period whose job is still running elsewhere is inserted as `skipped` (reason
-    overlap) by the same statement; on PostgreSQL that check is serialised per job by
-    transaction-scoped advisory locks, so no lock outlives the statement and nothing
-    depends on a session.
+    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per chunk (on
+    PostgreSQL the periods travel as arrays; SQLite takes a row at a time): a row comes
+    back only for the periods nobody held, so losing is silent. A period whose job is
+    still running elsewhere is inserted as `skipped` (reason overlap) by the same
+    statement; that check is serialised per job by transaction-scoped advisory locks, so
+    no lock outlives the statement and nothing depends on a session. Each period is
+    judged against the runs outside its own batch, so a backlog claimed together (after
+    a stall) is not skipped because of its own neighbours; the dispatcher then runs it
+    one period at a time. A period ahead of the database clock (beyond
+    FUTURE_TOLERANCE) is not claimed but returned in `early`.
+
+    `adopt`, for a claim tried again after a fault: periods this holder already claimed
+    (the commit landed but its reply was lost) are returned as won, not as lost.
     """
     result = ClaimResult([], [])
     chunks = list(_chunks_by_job(due))
     # Every node cuts the same chunks but takes them in an order of its own, so that
     # replicas claiming one big batch win different chunks side by side instead of
     # queueing behind whichever node locked the first chunk (which then won them all).
-    # Each transaction locks one chunk's jobs in key order: no deadlock. `committed`
-    # hears of each chunk's claims once they are committed, so that a caller can run
-    # them even when a later chunk fails.
+    # `committed` hears of each chunk's claims once they are committed, so that a caller
+    # can run them even when a later chunk fails.
     for chunk in random.sample(chunks, len(chunks)):
         part = ClaimResult([], [])
-        with database.transaction() as connection:
-            if database.is_postgres and any(item.overlap_limit is not None for item in chunk):
-                _lock_jobs(connection, {item.job for item in chunk})
-            for batch in _rounds(chunk):
-                if database.is_postgres:
-                    _insert_claims_postgres(connection, batch, holder, part)
-                    continue
-                for group in _statement_groups(database, batch):
-                    _insert_claims(database, connection, group, holder, part)
+        sent = time.monotonic()
+        with database.guarded() as guarded:
+            connection = guarded.connection
+            if any(item.overlap_limit is not None for item in chunk):
+                lock_jobs(database, connection, {item.job for item in chunk})
+            horizon = guarded.began + FUTURE_TOLERANCE
+            ready = [item for item in chunk if item.period <= horizon]
+            part.early.extend(item for item in chunk if item.period > horizon)
+            if database.is_postgres:
+                _insert_claims_postgres(connection, ready, holder, sent, part)
+            else:
+                for group in _statement_groups(ready):
+                    _insert_claims(database, connection, group, holder, sent=sent, result=part)
+            if adopt:
+                _adopt(database, connection, ready, holder, sent=sent, result=part)
         result.won.extend(part.won)
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)
+        result.early.extend(part.early)
         if committed is not None:
             committed(part)
     return result
+
+
+def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """Split a batch so that no transaction locks more than JOBS_PER_TRANSACTION jobs."""
+    chunk: list[Due] = []
+    jobs: set[str] = set()
+    for item in sorted(due, key=lambda item: (item.job, item.period)):
+        if item.job not in jobs and len(jobs) >= JOBS_PER_TRANSACTION:
+            yield chunk
+            chunk, jobs = [], set()
+        chunk.append(item)
+        jobs.add(item.job)
+    if chunk:
+        yield chunk
+
+
+def _statement_groups(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """SQLite rows that share one statement shape: with or without the overlap check,
+    and the same lease length (SQLite's lease is a value computed here)."""
+    groups: dict[tuple[bool, float], list[Due]] = {}
+    for item in due:
+        groups.setdefault((item.overlap_limit is None, item.lease_seconds), []).append(item)
+    yield from groups.values()
+
+
+def _occupying(now: ColumnElement[datetime]) -> ColumnElement[bool]:
+    return or_(
+        _other.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE]),
+        and_(_other.c.status == RunStatus.TIMED_OUT.value, _other.c.lease_expires_at > now),
+    )
+
+
+def _insert_claims(
+    database: Database,
+    connection: Connection,
+    due: list[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+) -> None:
+    """SQLite: an executemany of one INSERT, each row judged by its own subquery. The
+    batch's own rows are left out of the overlap count (a JSON list of their ids, one
+    parameter for every row), as PostgreSQL's single statement cannot see them."""
+    if not due:
+        return
+    now = database.now()
+    expiry = database.lease_until(due[0].lease_seconds)
+    candidates = {uuid.uuid4().hex: item for item in due}
+    if due[0].overlap_limit is None:
+        overlapping: ColumnElement[bool] = bindparam("never", False)
+    else:
+        batch: Select[tuple[Any]] = select(literal_column("value")).select_from(
+            func.json_each(bindparam("batch"))
+        )
+        others_active = (
+            select(func.count())
+            .select_from(_other)
+            .where(
+                _other.c.job == bindparam("job"),
+                _other.c.period != bindparam("period"),
+                _other.c.id.not_in(batch),
+                _occupying(now),
+            )
+            .scalar_subquery()
+        )
+        overlapping = others_active >= bindparam("overlap_limit")
+    # Pause lives in the database, so every node honours it from the next claim on.
+    paused = exists().where(jobs.c.name == bindparam("job"), jobs.c.paused.is_(True))
+    skipped = or_(paused, overlapping)
+    statement = (
+        database.insert(runs)
+        .values(
+            id=bindparam("id"),
+            job=bindparam("job"),
+            period=bindparam("period"),
+            status=case((skipped, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
+            reason=case(
+                (paused, Reason.PAUSED.value), (overlapping, Reason.OVERLAP.value), else_=null()
+            ),
+            origin=bindparam("origin"),
+            attempt=1,
+            started_attempts=0,
+            holder=holder,
+            lease_seconds=bindparam("lease_seconds"),
+            lease_expires_at=case((skipped, null()), else_=expiry),
+            claimed_at=now,
+            finished_at=case((skipped, now), else_=null()),
+        )
+        .on_conflict_do_nothing(index_elements=["job", "period"])
+        .returning(runs.c.id, runs.c.status, runs.c.reason)
+    )
+    batch_ids = json.dumps(list(candidates))
+    parameters = [
+        {
+            "id": run_id,
+            "job": item.job,
+            "period": item.period,
+            "origin": item.origin.value,
+            "lease_seconds": item.lease_seconds,
+            "overlap_limit": item.overlap_limit or 0,
+            "never": False,
+            "batch": batch_ids,
+        }
+        for run_id, item in candidates.items()
+    ]
+    _collect(candidates, connection.execute(statement, parameters), holder, sent, result)
+
+
+def _collect(
+    candidates: dict[str, Due], rows: Iterable[Any], holder: str, sent: float, result: ClaimResult
+) -> None:
+    """Sort the rows an insert returned (id, status, reason) into won and skipped."""
+    for run_id, status, reason in rows:
+        item = candidates[run_id]
+        claimed = Claim(
+            run_id, item.job, item.period, 1, holder, item.lease_seconds, item.origin, sent
+        )
+        if status == RunStatus.SKIPPED:
+            result.skipped.append(claimed)
+            result.reasons[run_id] = Reason(reason)
+        else:
+            result.won.append(claimed)
+
+
+# PostgreSQL: the periods travel as one array per column and the statement text is the
+# same for any batch size, so the server parses and plans it once instead of once per
+# row (a multi-row VALUES with the overlap subqueries repeated in each row took about
+# 2 s to plan for 1,000 periods). Paused beats overlap; a NULL limit allows any. The
+# overlap count cannot see the rows this statement inserts: each period is judged
+# against the runs outside its batch.
+_CLAIM_POSTGRES = text(
+    f"""
+    INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt,
+                             started_attempts, holder, lease_seconds, lease_expires_at,
+                             claimed_at, finished_at)
+    SELECT due.id, due.job, due.period,
+           CASE WHEN verdict.reason IS NULL THEN 'claimed' ELSE 'skipped' END,
+           verdict.reason, due.origin, 1, 0, :holder, due.lease_seconds,
+           CASE WHEN verdict.reason IS NULL
+                THEN clock_timestamp() + make_interval(secs => due.lease_seconds) END,
+           statement_timestamp(),
+           CASE WHEN verdict.reason IS NOT NULL THEN statement_timestamp() END
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
+                CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]))
+         AS due(id, job, period, origin, lease_seconds, overlap_limit)
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN EXISTS (SELECT FROM {jobs.name} AS job
+                         WHERE job.name = due.job AND job.paused) THEN 'paused'
+            WHEN due.overlap_limit IS NOT NULL
+                 AND (SELECT count(*) FROM {runs.name} AS other
+                      WHERE other.job = due.job AND other.period <> due.period
+                        AND {_OCCUPYING_SQL}
+                     ) >= due.overlap_limit THEN 'overlap'
+        END AS reason
+    ) AS verdict
+    WHERE due.period <= statement_timestamp() + make_interval(secs => :tolerance)
+    ON CONFLICT (job, period) DO NOTHING
+    RETURNING id, status, reason
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _insert_claims_postgres(
+    connection: Connection, due: list[Due], holder: str, sent: float, result: ClaimResult
+) -> None:
+    if not due:
+        return
+    candidates = {uuid.uuid4().hex: item for item in due}
+    rows = connection.execute(
+        _CLAIM_POSTGRES,
+        {
+            "holder": holder,
+            "tolerance": FUTURE_TOLERANCE.total_seconds(),
+            "ids": list(candidates),
+            "jobs": [item.job for item in due],
+            "periods": [item.period for item in due],
+            "origins": [item.origin.value for item in due],
+            "leases": [item.lease_seconds for item in due],
+            "limits": [item.overlap_limit for item in due],
+        },
+    )
+    _collect(candidates, rows, holder, sent, result)
+
+
+def _adopt(
+    database: Database,
+    connection: Connection,
+    due: Sequence[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+) -> None:
+    """Add to `won` the periods of `due` that this holder claimed before without hearing
+    back: a row in `claimed` with its name on it can only be its own lost claim."""
+    taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
+    wanted = [(item.job, item.period) for item in due if (item.job, item.period) not in taken]
+    if not wanted:
+        return
+    now = database.now()
+    statement = select(
+        runs.c.id,
+        runs.c.job,
+        runs.c.period,
+        runs.c.lease_seconds,
+        runs.c.origin,
+        runs.c.started_attempts,
+        (func.julianday(runs.c.lease_expires_at) - func.julianday(now)).label("left_days")
+        if not database.is_postgres
+        else func.extract("epoch", runs.c.lease_expires_at - now).label("left_s"),
+    ).where(
+        tuple_(runs.c.job, runs.c.period).in_(wanted),
+        runs.c.holder == holder,
+        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.attempt == 1,
+        runs.c.lease_expires_at > now,
+    )
+    for row in connection.execute(statement):
+        left = float(row[6]) * (86400 if not database.is_postgres else 1)
+        # The lease ends `left` seconds after this statement began, which was after `sent`.
+        lease_from = sent + left - row.lease_seconds
+        result.won.append(
+            Claim(
+                row.id,
+                row.job,
+                row.period,
+                1,
+                holder,
+                row.lease_seconds,
+                Origin(row.origin),
+                lease_from,
+                row.started_attempts,
+            )
+        )
 
 
 _UNCLAIMED_POSTGRES = text(
@@ -178,190 +481,7 @@ def unclaimed(database: Database, due: Sequence[Due]) -> list[Due]:
     return [item for item in due if (item.job, item.period) not in taken]
 
 
-def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
-    """Split a batch so that no transaction locks more than JOBS_PER_TRANSACTION jobs."""
-    chunk: list[Due] = []
-    jobs: set[str] = set()
-    for item in sorted(due, key=lambda item: (item.job, item.period)):
-        if item.job not in jobs and len(jobs) >= JOBS_PER_TRANSACTION:
-            yield chunk
-            chunk, jobs = [], set()
-        chunk.append(item)
-        jobs.add(item.job)
-    if chunk:
-        yield chunk
-
-
-def _rounds(due: Sequence[Due]) -> Iterator[list[Due]]:
-    """Round k holds the k-th oldest period of each job, so a later round's overlap check
-    sees the rows of earlier rounds: one statement cannot see its own inserts.
-
-    Normally every job has one period due and there is a single round; several come
-    only from a backlog (the database was unreachable for a while).
-    """
-    by_job: dict[str, list[Due]] = {}
-    for item in due:
-        by_job.setdefault(item.job, []).append(item)
-    depth = max(len(items) for items in by_job.values())
-    for index in range(depth):
-        yield [items[index] for items in by_job.values() if index < len(items)]
-
-
-def _lock_jobs(connection: Connection, jobs: set[str]) -> None:
-    """Take the per-job overlap locks in one statement, in key order: no deadlock."""
-    keys = sorted(job_lock_key(job) for job in jobs)
-    connection.execute(
-        text(
-            "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k"
-        ),
-        {"keys": keys},
-    )
-
-
-def job_lock_key(job: str) -> int:
-    """A stable signed 64-bit key per job, the same on every node and Python version."""
-    digest = hashlib.blake2b(f"scheduler:{job}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def _statement_groups(database: Database, due: Sequence[Due]) -> Iterator[list[Due]]:
-    """Rows that share one statement shape: with or without the overlap check, and on
-    SQLite (whose lease is a value computed here) the same lease length."""
-    groups: dict[tuple[bool, float], list[Due]] = {}
-    for item in due:
-        lease_key = 0.0 if database.is_postgres else item.lease_seconds
-        groups.setdefault((item.overlap_limit is None, lease_key), []).append(item)
-    yield from groups.values()
-
-
-def _insert_claims(
-    database: Database, connection: Connection, due: list[Due], holder: str, result: ClaimResult
-) -> None:
-    now = database.now()
-    expiry = database.now_plus(
-        bindparam("lease_seconds") if database.is_postgres else due[0].lease_seconds
-    )
-    if due[0].overlap_limit is None:
-        overlapping: ColumnElement[bool] = bindparam("never", False)
-    else:
-        others_active = (
-            select(func.count())
-            .select_from(_other)
-            .where(
-                _other.c.job == bindparam("job"),
-                _other.c.period != bindparam("period"),
-                # Inlined constants: executemany forbids expanding IN parameters.
-                _other.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE]),
-            )
-            .scalar_subquery()
-        )
-        overlapping = others_active >= bindparam("overlap_limit")
-    # Pause lives in the database, so every node honours it from the next claim on.
-    paused = exists().where(jobs.c.name == bindparam("job"), jobs.c.paused.is_(True))
-    skipped = or_(paused, overlapping)
-    statement = (
-        database.insert(runs)
-        .values(
-            id=bindparam("id"),
-            job=bindparam("job"),
-            period=bindparam("period"),
-            status=case((skipped, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
-            reason=case(
-                (paused, Reason.PAUSED.value), (overlapping, Reason.OVERLAP.value), else_=null()
-            ),
-            origin=bindparam("origin"),
-            attempt=1,
-            holder=holder,
-            lease_seconds=bindparam("lease_seconds"),
-            lease_expires_at=case((skipped, null()), else_=expiry),
-            claimed_at=now,
-            finished_at=case((skipped, now), else_=null()),
-        )
-        .on_conflict_do_nothing(index_elements=["job", "period"])
-        .returning(runs.c.id, runs.c.status, runs.c.reason)
-    )
-    candidates = {uuid.uuid4().hex: item for item in due}
-    parameters = [
-        {
-            "id": run_id,
-            "job": item.job,
-            "period": item.period,
-            "origin": item.origin.value,
-            "lease_seconds": item.lease_seconds,
-            "overlap_limit": item.overlap_limit or 0,
-            "never": False,
-        }
-        for run_id, item in candidates.items()
-    ]
-    _collect(candidates, connection.execute(statement, parameters), holder, result)
-
-
-def _collect(
-    candidates: dict[str, Due], rows: Iterable[Any], holder: str, result: ClaimResult
-) -> None:
-    """Sort the rows an insert returned (id, status, reason) into won and skipped."""
-    for run_id, status, reason in rows:
-        item = candidates[run_id]
-        claimed = Claim(run_id, item.job, item.period, 1, holder, item.lease_seconds, item.origin)
-        if status == RunStatus.SKIPPED:
-            result.skipped.append(claimed)
-            result.reasons[run_id] = Reason(reason)
-        else:
-            result.won.append(claimed)
-
-
-# PostgreSQL: the periods travel as one array per column and the statement text is the
-# same for any batch size, so the server parses and plans it once per round instead of
-# once per row (a multi-row VALUES with the overlap subqueries repeated in each row took
-# about 2 s to plan for 1,000 periods). Paused beats overlap; a NULL limit allows any.
-_CLAIM_POSTGRES = text(
-    f"""
-    INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt, holder,
-                             lease_seconds, lease_expires_at, claimed_at, finished_at)
-    SELECT due.id, due.job, due.period,
-           CASE WHEN verdict.reason IS NULL THEN 'claimed' ELSE 'skipped' END,
-           verdict.reason, due.origin, 1, :holder, due.lease_seconds,
-           CASE WHEN verdict.reason IS NULL
-                THEN now() + make_interval(secs => due.lease_seconds) END,
-           now(),
-           CASE WHEN verdict.reason IS NOT NULL THEN now() END
-    FROM unnest(CAST(:ids AS TEXT[]), CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
-                CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]))
-         AS due(id, job, period, origin, lease_seconds, overlap_limit)
-    CROSS JOIN LATERAL (
-        SELECT CASE
-            WHEN EXISTS (SELECT FROM {jobs.name} AS job
-                         WHERE job.name = due.job AND job.paused) THEN 'paused'
-            WHEN due.overlap_limit IS NOT NULL
-                 AND (SELECT count(*) FROM {runs.name} AS other
-                      WHERE other.job = due.job AND other.period <> due.period
-                        AND other.status IN ({_ACTIVE_SQL})
-                     ) >= due.overlap_limit THEN 'overlap'
-        END AS reason
-    ) AS verdict
-    ON CONFLICT (job, period) DO NOTHING
-    RETURNING id, status, reason
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
-
-
-def _insert_claims_postgres(
-    connection: Connection, due: list[Due], holder: str, result: ClaimResult
-) -> None:
-    candidates = {uuid.uuid4().hex: item for item in due}
-    rows = connection.execute(
-        _CLAIM_POSTGRES,
-        {
-            "holder": holder,
-            "ids": list(candidates),
-            "jobs": [item.job for item in due],
-            "periods": [item.period for item in due],
-            "origins": [item.origin.value for item in due],
-            "leases": [item.lease_seconds for item in due],
-            "limits": [item.overlap_limit for item in due],
-        },
-    )
-    _collect(candidates, rows, holder, result)
+# -- fenced writes: start, finish, renew ----------------------------------------------
 
 
 def _fenced(claim: Claim) -> ColumnElement[bool]:
@@ -391,7 +511,9 @@ class StartRequest:
 @dataclass(frozen=True)
 class Finish:
     """How an attempt ended. `retry_in` marks the period for another attempt after that
-    many seconds; any node's recovery pass may take it then."""
+    many seconds; any node's recovery pass may take it then. `lingering`: the function
+    still runs (a thread past its timeout), so the holder keeps the lease (and renews
+    it) until `release` says it returned, and the retry waits for that."""
 
     claim: Claim
     status: RunStatus
@@ -399,6 +521,10 @@ class Finish:
     failure: Failure | None = None
     reason: Reason | None = None
     retry_in: float | None = None
+    lingering: bool = False
+    # Only if the run has not started (a claim given back): a start that landed first
+    # keeps the run.
+    waiting_only: bool = False
 
 
 def start(database: Database, claim: Claim, *, after_earlier: bool = False) -> Start:
@@ -431,25 +557,39 @@ def record(
     on its own, so one refused row does not refuse the others.
 
     Outcomes go first so that a queued period may start right after the period it
-    waited for ends. On PostgreSQL each kind is one statement, whatever the batch size
-    (arrays again), sent in autocommit: one round trip each. SQLite, local and
-    single-writer, takes a statement a row inside one transaction.
+    waited for ends. A start also needs a live lease, renews it, and is idempotent: a
+    run already running under the same fence (this very start, whose reply was lost)
+    counts as started. A start that must wait its turn (`after_earlier`) takes its job's
+    advisory lock first, so that no period of the job is inserted or started unseen
+    meanwhile; without such starts, PostgreSQL takes each kind in one statement in
+    autocommit (one round trip each). SQLite, local and single-writer, takes a
+    statement a row inside one transaction.
     """
-    if database.is_postgres:
+    ordered = {request.claim.job for request in starts if request.after_earlier}
+    if database.is_postgres and not ordered:
         with database.autocommit() as connection:
             return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
+    if database.is_postgres:
+        with database.guarded() as guarded:
+            lock_jobs(database, guarded.connection, ordered)
+            applied = _finish_postgres(guarded.connection, outcomes)
+            return applied, _start_postgres(guarded.connection, starts)
     with database.transaction() as connection:
         applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
         started = [_start_one(database, connection, request) for request in starts]
     return applied, started
 
 
-def _earlier_active(job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+def _earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
     return exists().where(
         _other.c.job == job,
         _other.c.id != run_id,
         or_(
             _other.c.status == RunStatus.RUNNING.value,
+            and_(
+                _other.c.status == RunStatus.TIMED_OUT.value,
+                _other.c.lease_expires_at > database.now(),
+            ),
             and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
         ),
     )
@@ -457,72 +597,128 @@ def _earlier_active(job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
 
 def _start_one(database: Database, connection: Connection, request: StartRequest) -> Start:
     claim = request.claim
-    conditions = [_fenced(claim), runs.c.status == RunStatus.CLAIMED.value]
+    mine = and_(
+        runs.c.id == claim.id, runs.c.attempt == claim.attempt, runs.c.holder == claim.holder
+    )
+    again = connection.execute(
+        update(runs)
+        .where(mine, runs.c.status == RunStatus.RUNNING.value)
+        .values(lease_expires_at=database.lease_until(claim.lease_seconds))
+    )
+    if again.rowcount == 1:
+        return Start.STARTED
+    conditions = [
+        mine,
+        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.lease_expires_at > database.now(),
+    ]
     if request.after_earlier:
-        conditions.append(~_earlier_active(claim.job, claim.id, claim.period))
+        conditions.append(~_earlier_active(database, claim.job, claim.id, claim.period))
     statement = (
         update(runs)
         .where(*conditions)
-        .values(status=RunStatus.RUNNING.value, started_at=database.now())
+        .values(
+            status=RunStatus.RUNNING.value,
+            started_at=database.now(),
+            started_attempts=runs.c.started_attempts + 1,
+            lease_expires_at=database.lease_until(claim.lease_seconds),
+        )
     )
     if connection.execute(statement).rowcount == 1:
         return Start.STARTED
-    if (
-        request.after_earlier
-        and connection.execute(select(runs.c.id).where(_fenced(claim))).first()
-    ):
+    waiting = and_(mine, runs.c.status == RunStatus.CLAIMED.value)
+    if request.after_earlier and connection.execute(select(runs.c.id).where(waiting)).first():
         return Start.WAIT
     return Start.LOST
 
 
 def _finish_one(database: Database, connection: Connection, outcome: Finish) -> bool:
     failure = outcome.failure
+    lease = database.lease_until(outcome.claim.lease_seconds) if outcome.lingering else None
+    conditions = [_fenced(outcome.claim)]
+    if outcome.waiting_only:
+        conditions.append(runs.c.status == RunStatus.CLAIMED.value)
     statement = (
         update(runs)
-        .where(_fenced(outcome.claim))
+        .where(*conditions)
         .values(
             status=outcome.status.value,
             reason=outcome.reason.value if outcome.reason else None,
             finished_at=database.now(),
             duration_ms=outcome.duration_ms,
-            lease_expires_at=None,
+            lease_expires_at=lease,
             retry_at=None if outcome.retry_in is None else database.now_plus(outcome.retry_in),
             error_type=failure.type if failure else None,
             error_message=failure.message if failure else None,
             error_traceback=failure.traceback if failure else None,
         )
     )
-    return bool(connection.execute(statement).rowcount == 1)
+    if connection.execute(statement).rowcount == 1:
+        return True
+    return _already_written(connection, [outcome]) == [True]
+
+
+def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
+    """For refused outcomes: which of them the row already shows, under the same fence
+    (an earlier try of this very write, whose reply was lost)."""
+    ids = [outcome.claim.id for outcome in outcomes]
+    rows = {
+        row.id: row
+        for row in connection.execute(
+            select(runs.c.id, runs.c.attempt, runs.c.holder, runs.c.status).where(
+                runs.c.id.in_(ids)
+            )
+        )
+    }
+    answers = []
+    for outcome in outcomes:
+        row = rows.get(outcome.claim.id)
+        answers.append(
+            row is not None
+            and (row.attempt, row.holder) == (outcome.claim.attempt, outcome.claim.holder)
+            and row.status == outcome.status.value
+        )
+    return answers
 
 
 # The batches below find their rows by `id`. Their status test is written `(…) IS TRUE`,
 # which means the same but no index can serve: right after a burst the statistics are
 # stale (a few claimed rows expected, 10,000 there) and the planner took the status
 # index, reading every claimed row for each batch of 16 (1.3 ms instead of 0.4 ms).
+# A row already running under the same fence is this start, tried again: it keeps its
+# started_at and start count and only has its lease renewed.
 _START_POSTGRES = text(
     f"""
-    UPDATE {runs.name} AS run SET status = 'running', started_at = now()
+    UPDATE {runs.name} AS run SET status = 'running',
+        started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
+                          ELSE run.started_at END,
+        started_attempts = run.started_attempts
+                           + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END,
+        lease_expires_at = clock_timestamp() + make_interval(secs => run.lease_seconds)
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:ordered AS BOOLEAN[])) AS wanted(id, attempt, holder, ordered)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
-      AND run.attempt = wanted.attempt
-      AND run.holder = wanted.holder AND (run.status = 'claimed') IS TRUE
-      AND NOT (wanted.ordered AND EXISTS (
+      AND run.attempt = wanted.attempt AND run.holder = wanted.holder
+      AND (run.status IN ({_ACTIVE_SQL})) IS TRUE
+      AND run.lease_expires_at > statement_timestamp()
+      AND (run.status = 'running' OR NOT (wanted.ordered AND EXISTS (
           SELECT FROM {runs.name} AS other
           WHERE other.job = run.job AND other.id <> run.id
             AND (other.status = 'running'
-                 OR (other.status = 'claimed' AND other.period < run.period))))
+                 OR (other.status = 'timed_out'
+                     AND other.lease_expires_at > statement_timestamp())
+                 OR (other.status = 'claimed' AND other.period < run.period)))))
     RETURNING run.id, run.attempt, run.holder
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 
-_STILL_HELD_POSTGRES = text(
+_STILL_WAITING_POSTGRES = text(
     f"""
     SELECT run.id, run.attempt, run.holder FROM {runs.name} AS run
     JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
          AS wanted(id, attempt, holder)
       ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status IN ({_ACTIVE_SQL})) IS TRUE
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status = 'claimed') IS TRUE
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 
@@ -549,7 +745,8 @@ def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) ->
     held = set()
     if waiting:
         held = {
-            tuple(row) for row in connection.execute(_STILL_HELD_POSTGRES, _fence_arrays(waiting))
+            tuple(row)
+            for row in connection.execute(_STILL_WAITING_POSTGRES, _fence_arrays(waiting))
         }
     return [
         Start.STARTED
@@ -564,21 +761,25 @@ def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) ->
 _FINISH_POSTGRES = text(
     f"""
     UPDATE {runs.name} AS run
-    SET status = done.status, reason = done.reason, finished_at = now(),
-        duration_ms = done.duration_ms, lease_expires_at = NULL,
-        retry_at = now() + make_interval(secs => done.retry_in),
+    SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
+        duration_ms = done.duration_ms,
+        lease_expires_at = CASE WHEN done.lingering
+            THEN clock_timestamp() + make_interval(secs => run.lease_seconds) END,
+        retry_at = statement_timestamp() + make_interval(secs => done.retry_in),
         error_type = done.error_type, error_message = done.error_message,
         error_traceback = done.error_traceback
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]),
                 CAST(:durations AS INT[]), CAST(:retry_in AS FLOAT8[]),
+                CAST(:lingering AS BOOLEAN[]), CAST(:waiting_only AS BOOLEAN[]),
                 CAST(:error_types AS TEXT[]), CAST(:error_messages AS TEXT[]),
                 CAST(:error_tracebacks AS TEXT[]))
-         AS done(id, attempt, holder, status, reason, duration_ms, retry_in,
-                 error_type, error_message, error_traceback)
+         AS done(id, attempt, holder, status, reason, duration_ms, retry_in, lingering,
+                 waiting_only, error_type, error_message, error_traceback)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({_ACTIVE_SQL})) IS TRUE
+      AND (NOT done.waiting_only OR run.status = 'claimed')
     RETURNING run.id, run.attempt, run.holder
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
@@ -594,41 +795,131 @@ def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list
         "reasons": [outcome.reason.value if outcome.reason else None for outcome in outcomes],
         "durations": [outcome.duration_ms for outcome in outcomes],
         "retry_in": [outcome.retry_in for outcome in outcomes],
+        "lingering": [outcome.lingering for outcome in outcomes],
+        "waiting_only": [outcome.waiting_only for outcome in outcomes],
         "error_types": [failure.type if failure else None for failure in failures],
         "error_messages": [failure.message if failure else None for failure in failures],
         "error_tracebacks": [failure.traceback if failure else None for failure in failures],
     }
     applied = {tuple(row) for row in connection.execute(_FINISH_POSTGRES, parameters)}
-    return [_fence(outcome.claim) in applied for outcome in outcomes]
+    written = [_fence(outcome.claim) in applied for outcome in outcomes]
+    refused = [outcome for outcome, ok in zip(outcomes, written, strict=True) if not ok]
+    if refused:
+        again = iter(_already_written(connection, refused))
+        written = [ok or next(again) for ok in written]
+    return written
 
 
-def renew_leases(database: Database, claims: Sequence[Claim]) -> set[RunKey]:
-    """Push the lease of each held run forward; return the attempts still ours."""
-    if not claims:
-        return set()
-    renewed: set[RunKey] = set()
-    by_lease: dict[float, list[Claim]] = {}
-    for held in claims:
-        by_lease.setdefault(held.lease_seconds, []).append(held)
+def release(database: Database, claim: Claim, *, after: float = 0.0) -> bool:
+    """A lingering attempt's function returned: drop the lease it kept, so its retry
+    (if any) may go ahead. Fenced like any write of the attempt. `after` keeps the
+    lease that many seconds more (a node about to exit with the function still in it)."""
+    statement = (
+        update(runs)
+        .where(
+            runs.c.id == claim.id,
+            runs.c.attempt == claim.attempt,
+            runs.c.holder == claim.holder,
+            runs.c.status == RunStatus.TIMED_OUT.value,
+        )
+        .values(lease_expires_at=database.lease_until(after) if after else None)
+    )
     with database.transaction() as connection:
-        for seconds, group in by_lease.items():
+        return connection.execute(statement).rowcount == 1
+
+
+@dataclass(frozen=True)
+class Held:
+    """A row this node's name is on with a live lease, as a renewal found it."""
+
+    id: str
+    job: str
+    period: datetime
+    attempt: int
+    status: RunStatus
+    lease_seconds: float
+    origin: Origin
+    started_attempts: int
+
+    @property
+    def key(self) -> RunKey:
+        return (self.id, self.attempt)
+
+    def as_claim(self, holder: str, lease_from: float) -> Claim:
+        """The row as a claim to run (it is `claimed`: this attempt has not started)."""
+        return Claim(
+            self.id,
+            self.job,
+            self.period,
+            self.attempt,
+            holder,
+            self.lease_seconds,
+            self.origin,
+            lease_from,
+            self.started_attempts,
+        )
+
+
+_HELD_COLUMNS = (
+    runs.c.id,
+    runs.c.job,
+    runs.c.period,
+    runs.c.attempt,
+    runs.c.status,
+    runs.c.lease_seconds,
+    runs.c.origin,
+    runs.c.started_attempts,
+)
+
+
+def renew_leases(database: Database, holder: str) -> list[Held]:
+    """Push forward every live lease held in this holder's name, and say which.
+
+    Found by the name, not by a list of ids: a run this node claimed or started without
+    hearing back (a lost reply) is found too, and the caller can adopt or release it. A
+    lease that has already run out by the database clock is not renewed: the run is
+    anyone's then, and its old holder must learn that it lost it.
+    """
+    now = database.now()
+    mine = and_(
+        runs.c.holder == holder,
+        runs.c.lease_expires_at >= now,
+        runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value]),
+    )
+    with database.transaction() as connection:
+        if database.is_postgres:
             statement = (
                 update(runs)
-                .where(
-                    runs.c.id.in_([held.id for held in group]),
-                    runs.c.holder == group[0].holder,
-                    runs.c.status.in_(ACTIVE),
-                )
-                .values(lease_expires_at=database.now_plus(seconds))
-                .returning(runs.c.id, runs.c.attempt)
+                .where(mine)
+                .values(lease_expires_at=database.lease_until(runs.c.lease_seconds))
+                .returning(*_HELD_COLUMNS)
             )
-            held_keys = {held.key for held in group}
-            renewed |= {
-                (run_id, attempt)
-                for run_id, attempt in connection.execute(statement)
-                if (run_id, attempt) in held_keys
-            }
-    return renewed
+            return [_held(row) for row in connection.execute(statement)]
+        found = [_held(row) for row in connection.execute(select(*_HELD_COLUMNS).where(mine))]
+        for seconds in {row.lease_seconds for row in found}:
+            ids = [row.id for row in found if row.lease_seconds == seconds]
+            connection.execute(
+                update(runs)
+                .where(runs.c.id.in_(ids), mine)
+                .values(lease_expires_at=database.lease_until(seconds))
+            )
+    return found
+
+
+def _held(row: Any) -> Held:
+    return Held(
+        row.id,
+        row.job,
+        row.period,
+        row.attempt,
+        RunStatus(row.status),
+        row.lease_seconds,
+        Origin(row.origin),
+        row.started_attempts,
+    )
+
+
+# -- takeover: find stale runs, retake them or give them up -----------------------------
 
 
 @dataclass(frozen=True)
@@ -644,6 +935,8 @@ class Stale:
     lease_seconds: float
     origin: Origin
     expired: bool
+    # Attempts that called the function: what counts against the job's retries.
+    started_attempts: int = 0
 
 
 STALE_COLUMNS = (
@@ -655,6 +948,7 @@ STALE_COLUMNS = (
     runs.c.status,
     runs.c.lease_seconds,
     runs.c.origin,
+    runs.c.started_attempts,
 )
 
 
@@ -670,24 +964,43 @@ def stale_from(row: Any, *, expired: bool) -> Stale:
         lease_seconds=row.lease_seconds,
         origin=Origin(row.origin),
         expired=expired,
+        started_attempts=row.started_attempts,
     )
 
 
+def _expired(now: ColumnElement[datetime]) -> ColumnElement[bool]:
+    return and_(runs.c.status.in_(ACTIVE), runs.c.lease_expires_at < now)
+
+
+def _retry_due(now: ColumnElement[datetime]) -> ColumnElement[bool]:
+    """A retry whose time has come, and whose last attempt no longer runs anywhere."""
+    return and_(
+        runs.c.retry_at <= now,
+        or_(runs.c.lease_expires_at.is_(None), runs.c.lease_expires_at < now),
+    )
+
+
+def _not_paused() -> ColumnElement[bool]:
+    """A paused job's runs stay as they are until it is resumed."""
+    return ~exists().where(jobs.c.name == runs.c.job, jobs.c.paused.is_(True))
+
+
 def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[Stale]:
-    """Runs of these jobs whose lease expired or whose retry is due, oldest first.
+    """Runs of these jobs whose lease expired or whose retry is due, oldest first;
+    none of a paused job.
 
     The job names are not sent: a node may run 10,000 jobs and looks every second, and
     stale runs are few. Runs of jobs this node does not know are paged past here.
     """
     known = set(jobs)
     now = database.now()
-    expired = and_(runs.c.status.in_(ACTIVE), runs.c.lease_expires_at < now)
+    expired = _expired(now)
     found: list[Stale] = []
     after: tuple[datetime, str] | None = None
     with database.transaction() as connection:
         while len(found) < limit:
             statement = select(*STALE_COLUMNS, expired.label("expired")).where(
-                expired | (runs.c.retry_at <= now)
+                expired | _retry_due(now), _not_paused()
             )
             if after is not None:
                 statement = statement.where(tuple_(runs.c.period, runs.c.id) > tuple_(*after))
@@ -704,27 +1017,39 @@ def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[St
 
 
 def retake(
-    database: Database, stale: Stale, holder: str, origin: Origin | None = None
+    database: Database,
+    stale: Stale,
+    holder: str,
+    origin: Origin | None = None,
+    *,
+    by_hand: bool = False,
 ) -> Claim | None:
-    """Take a stale run over as the next attempt; None if somebody else was faster.
+    """Take a stale run over as the next attempt; None if somebody else was faster, or if
+    it is no longer stale (its holder renewed the lease after we read it).
 
     The superseded attempt is copied to `scheduler_attempts` first (an expired one as
-    abandoned), then the run row is compare-and-set on the state we read.
+    abandoned), then the run row is compare-and-set on the state we read, and on it
+    still being stale by the database clock. The job's lock orders it with the starts
+    of its other periods. `by_hand` (rerun, backfill): a run that ended is taken as it
+    was read, due or not, paused or not; it still must not have changed since.
     """
     new_origin = origin or stale.origin
-    with database.transaction() as connection:
-        if not _supersede(database, connection, stale):
+    sent = time.monotonic()
+    with database.guarded() as guarded:
+        connection = guarded.connection
+        lock_jobs(database, connection, [stale.job])
+        if not _supersede(database, connection, stale, by_hand=by_hand):
             return None
         taken = connection.execute(
             update(runs)
-            .where(*_observed(stale))
+            .where(*_observed(database, stale, by_hand=by_hand))
             .values(
                 attempt=stale.attempt + 1,
                 holder=holder,
                 status=RunStatus.CLAIMED.value,
                 reason=None,
                 origin=new_origin.value,
-                lease_expires_at=database.now_plus(stale.lease_seconds),
+                lease_expires_at=database.lease_until(stale.lease_seconds),
                 claimed_at=database.now(),
                 started_at=None,
                 finished_at=None,
@@ -745,6 +1070,8 @@ def retake(
         holder,
         stale.lease_seconds,
         new_origin,
+        sent,
+        stale.started_attempts,
     )
 
 
@@ -760,23 +1087,40 @@ def give_up(database: Database, stale: Stale) -> bool:
         }
     with database.transaction() as connection:
         return (
-            connection.execute(update(runs).where(*_observed(stale)).values(**values)).rowcount == 1
+            connection.execute(
+                update(runs).where(*_observed(database, stale)).values(**values)
+            ).rowcount
+            == 1
         )
 
 
-def _observed(stale: Stale) -> list[ColumnElement[bool]]:
-    """The run is still exactly as we read it: same attempt, holder and status."""
+def _observed(
+    database: Database, stale: Stale, *, by_hand: bool = False
+) -> list[ColumnElement[bool]]:
+    """The run is still exactly as we read it (same attempt, holder and status) and still
+    stale by the database clock: an expired lease not renewed since, a retry whose time
+    has come and whose function no longer runs (by hand: a run that ended, and whose
+    function no longer runs)."""
     holder = runs.c.holder.is_(None) if stale.holder is None else runs.c.holder == stale.holder
-    return [
+    now = database.now()
+    same = [
         runs.c.id == stale.id,
         runs.c.attempt == stale.attempt,
         runs.c.status == stale.status.value,
         holder,
     ]
+    if by_hand:
+        ended = or_(runs.c.lease_expires_at.is_(None), runs.c.lease_expires_at < now)
+        return [*same, runs.c.status.not_in(ACTIVE), ended]
+    return [*same, _expired(now) if stale.expired else _retry_due(now), _not_paused()]
 
 
-def _supersede(database: Database, connection: Connection, stale: Stale) -> bool:
-    """Copy the attempt being replaced into the attempts table (once, whoever wins)."""
+def _supersede(
+    database: Database, connection: Connection, stale: Stale, *, by_hand: bool = False
+) -> bool:
+    """Copy the attempt being replaced into the attempts table (once, whoever wins),
+    locking the run's row (PostgreSQL): the takeover that follows in this transaction
+    then finds it exactly as copied."""
     if stale.expired:
         status: ColumnElement[Any] = literal(RunStatus.ABANDONED.value)
         reason: ColumnElement[Any] = literal(Reason.LEASE_EXPIRED.value)
@@ -797,7 +1141,9 @@ def _supersede(database: Database, connection: Connection, stale: Stale) -> bool
         runs.c.error_type,
         runs.c.error_message,
         runs.c.error_traceback,
-    ).where(*_observed(stale))
+    ).where(*_observed(database, stale, by_hand=by_hand))
+    if database.is_postgres:
+        source = source.with_for_update(of=runs)
     statement = (
         database.insert(attempts)
         .from_select(_ATTEMPT_COLUMNS, source)
@@ -852,10 +1198,11 @@ def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> fl
     about deadlines still ahead: one already past belongs to a job no node here runs, or
     is taken by the pass that follows anyway.
     """
+    leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
     if jobs is None:
         now = database.now()
         lease_ahead = select(func.min(runs.c.lease_expires_at)).where(
-            runs.c.status.in_(ACTIVE), runs.c.lease_expires_at > now
+            leased, runs.c.lease_expires_at > now
         )
         retry_ahead = select(func.min(runs.c.retry_at)).where(runs.c.retry_at > now)
         statement = select(
@@ -865,7 +1212,7 @@ def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> fl
         return None
     else:
         statement = select(
-            func.min(case((runs.c.status.in_(ACTIVE), runs.c.lease_expires_at), else_=null())),
+            func.min(case((leased, runs.c.lease_expires_at), else_=null())),
             func.min(runs.c.retry_at),
             database.now(),
         ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))

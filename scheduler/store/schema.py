@@ -65,9 +65,17 @@ runs = Table(
     Column("reason", String(16)),
     Column("origin", String(16), nullable=False),
     # attempt is the fencing token: outcome writes are conditional on (id, attempt, holder).
+    # It grows at every takeover, whether or not the attempt got to run.
     Column("attempt", Integer, nullable=False),
+    # How many attempts called the job's function: only these count against `retries`,
+    # so a claim given back before it started (a shutdown, a crash) costs no attempt.
+    Column("started_attempts", Integer, nullable=False, server_default="0"),
     Column("holder", String(200)),
     Column("lease_seconds", Float, nullable=False),
+    # While set and ahead of the database clock the holder owns the run. Normally only
+    # claimed and running rows have one; a timed-out attempt whose function still runs
+    # in its thread keeps its lease (the holder renews it) until the function returns,
+    # so that its retry cannot start beside it.
     Column("lease_expires_at", UTCDateTime()),
     Column("claimed_at", UTCDateTime(), nullable=False),
     Column("started_at", UTCDateTime()),
@@ -103,11 +111,28 @@ jobs = Table(
     # Every period up to here has a row (or was deliberately passed over): catch-up
     # starts after it instead of re-reading history.
     Column("caught_up_to", UTCDateTime()),
+    # When a node registered a schedule (cron or time zone) different from the stored
+    # one, and what it replaced: catch-up owes the old schedule's periods before this
+    # instant and the new schedule's after it, never the new one's past.
+    Column("schedule_changed_at", UTCDateTime()),
+    Column("previous_cron", String(200)),
+    Column("previous_timezone", String(64)),
     # The policy as last registered, so read-only commands (`check`, views) need no code.
     Column("lease_seconds", Float),
     Column("timeout_seconds", Float),
     Column("retries", Integer),
     Column("alert_after_seconds", Float),
+)
+
+pauses = Table(
+    "scheduler_pauses",
+    metadata,
+    # Every pause of a job, so that catch-up skips the periods of each one, not only of
+    # the latest, when several came and went while no node ran.
+    Column("job", String(200), primary_key=True),
+    Column("paused_at", UTCDateTime(), primary_key=True),
+    # None while the job is still paused.
+    Column("resumed_at", UTCDateTime()),
 )
 
 attempts = Table(

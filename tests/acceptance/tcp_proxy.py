@@ -1,23 +1,131 @@
-"""A TCP proxy on loopback that a test can cut and restore, to make a database
-"refuse connections" without touching the shared server."""
+"""A TCP proxy on loopback that a test can break in the ways networks break, without
+touching the shared database server:
+
+- `cut()`: close every connection and refuse new ones (the database went away);
+- `freeze()` / `thaw()`: stop passing bytes in either direction while every connection
+  stays open, then pass what was held (a partition: nothing is refused, nothing arrives);
+- `lose_reply_to(marker)`: the next statement whose text contains `marker` reaches the
+  server and is committed there, but the reply that would say so is dropped and the
+  connection closed (a lost acknowledgement): the first ReadyForQuery after the statement
+  that finds the session idle, so for a statement inside a transaction, the COMMIT's.
+
+Reading replies needs the PostgreSQL wire protocol's framing (a type byte and a length)
+and nothing more, so connections must not use TLS or GSS encryption: point the node at
+`proxy.url(...)`, which adds `sslmode=disable&gssencmode=disable`.
+"""
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from contextlib import suppress
+from dataclasses import dataclass
+
+READY_FOR_QUERY = b"Z"
+IDLE = b"I"  # ReadyForQuery's transaction status: no transaction open, all is committed
+
+
+@dataclass
+class _Trap:
+    """A lost acknowledgement waiting to happen."""
+
+    marker: bytes
+    sprung: threading.Event
+
+
+class _Pair:
+    """One client connection and its upstream twin, pumped by two threads."""
+
+    def __init__(self, proxy: Proxy, client: socket.socket, upstream: socket.socket) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.upstream = upstream
+        # A trap this connection has walked into: the next reply (ReadyForQuery, idle)
+        # is dropped and the connection closed.
+        self.armed: _Trap | None = None
+
+    def close(self) -> None:
+        for sock in (self.client, self.upstream):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def pump_requests(self) -> None:
+        with suppress(OSError):
+            while data := self.client.recv(65536):
+                self.proxy.flowing.wait()
+                self._watch_request(data)
+                self.upstream.sendall(data)
+        with suppress(OSError):
+            self.upstream.shutdown(socket.SHUT_WR)
+
+    def _watch_request(self, data: bytes) -> None:
+        proxy = self.proxy
+        with proxy.lock:
+            if self.armed is None and proxy.trap is not None and proxy.trap.marker in data:
+                self.armed, proxy.trap = proxy.trap, None
+
+    def pump_replies(self) -> None:
+        buffer = b""
+        with suppress(OSError):
+            while data := self.upstream.recv(65536):
+                self.proxy.flowing.wait()
+                if not self.proxy.framed:
+                    self.client.sendall(data)
+                    continue
+                buffer += data
+                forward, buffer, spring = self._frame(buffer)
+                if spring:
+                    self.close()
+                    return
+                self.client.sendall(forward)
+        with suppress(OSError):
+            self.client.shutdown(socket.SHUT_WR)
+
+    def _frame(self, buffer: bytes) -> tuple[bytes, bytes, bool]:
+        """Split complete server messages off `buffer`: (bytes to forward, the rest, and
+        whether an armed trap springs on a ReadyForQuery among them)."""
+        forward = bytearray()
+        while len(buffer) >= 5:
+            (length,) = struct.unpack("!I", buffer[1:5])
+            if len(buffer) < 1 + length:
+                break
+            message, buffer = buffer[: 1 + length], buffer[1 + length :]
+            with self.proxy.lock:
+                trap = self.armed
+            if trap is not None and message[:1] == READY_FOR_QUERY and message[5:6] == IDLE:
+                trap.sprung.set()
+                return bytes(forward), b"", True
+            forward += message
+        return bytes(forward), buffer, False
 
 
 class Proxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    """`framed=True` reads the server's replies message by message (needed for
+    `lose_reply_to`; connections must then come through `url()`, unencrypted)."""
+
+    def __init__(
+        self, target_port: int, target_host: str = "127.0.0.1", *, framed: bool = False
+    ) -> None:
         self._target = (target_host, target_port)
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
+        self.framed = framed
+        self.lock = threading.Lock()
+        self._pairs: list[_Pair] = []
         self._listener: socket.socket | None = None
+        self.trap: _Trap | None = None
+        self.flowing = threading.Event()
+        self.flowing.set()
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port: int = probe.getsockname()[1]
         probe.close()
+
+    def url(self, database_url: str) -> str:
+        """`database_url` (on the target server) as seen through this proxy."""
+        base, _, name = database_url.rpartition("/")
+        user = base.rsplit("@", 1)[0]
+        return f"{user}@127.0.0.1:{self.port}/{name}?sslmode=disable&gssencmode=disable"
 
     def start(self) -> None:
         """Accept connections (again) on the same port."""
@@ -30,13 +138,31 @@ class Proxy:
 
     def cut(self) -> None:
         """Close the listener and every open connection: new connections are refused."""
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
+        with self.lock:
+            pairs, self._pairs = self._pairs, []
             listener, self._listener = self._listener, None
-        for sock in [*sockets, *([listener] if listener else [])]:
+        for pair in pairs:
+            pair.close()
+        if listener is not None:
             with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+
+    def freeze(self) -> None:
+        """Hold every byte in both directions; connections stay open, nothing is refused."""
+        self.flowing.clear()
+
+    def thaw(self) -> None:
+        """Pass what was held, and everything after it."""
+        self.flowing.set()
+
+    def lose_reply_to(self, marker: bytes) -> threading.Event:
+        """Arm a one-shot lost acknowledgement; the event is set once it happened."""
+        assert self.framed, "lose_reply_to needs Proxy(..., framed=True)"
+        trap = _Trap(marker, threading.Event())
+        with self.lock:
+            self.trap = trap
+        return trap.sprung
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -49,15 +175,8 @@ class Proxy:
             except OSError:
                 client.close()
                 continue
-            with self._lock:
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        with suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        with suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+            pair = _Pair(self, client, upstream)
+            with self.lock:
+                self._pairs.append(pair)
+            threading.Thread(target=pair.pump_requests, daemon=True).start()
+            threading.Thread(target=pair.pump_replies, daemon=True).start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -10,9 +11,12 @@ from sqlalchemy import event, update
 
 from scheduler import catalog
 from scheduler.backlog import CatchUp
-from scheduler.registry import job
-from scheduler.states import Origin
+from scheduler.registry import Job, job
+from scheduler.states import Origin, RunStatus
+from scheduler.store import history
+from scheduler.store import jobs as job_rows
 from scheduler.store.database import Database
+from scheduler.store.history import Entry
 from scheduler.store.runs import Claim
 from scheduler.store.schema import jobs as jobs_table
 
@@ -73,3 +77,61 @@ def _record_into(statements: list[str]) -> Callable[..., None]:
         statements.append(statement)
 
     return record
+
+
+def _catch_up(database: Database, jobs: dict[str, Job], claimed: list[Claim]) -> CatchUp:
+    return CatchUp(database, jobs, "node-a", claimed.append, structlog.get_logger())
+
+
+def test_a_new_schedule_owes_no_period_before_it_was_deployed(database: Database) -> None:
+    """A job moved from second 0 to second 30 of each minute. Its watermark sits at the
+    last period it ran (a job with nothing new is not re-read), so the new schedule's
+    periods since then look missing; they were never owed. The old schedule's periods
+    up to the change still are."""
+    now = datetime.now(UTC)
+    last_ran = now.replace(second=0, microsecond=0) - timedelta(minutes=1)
+    old = {"sync": job("0 * * * * *", name="sync")(lambda: None)}
+    catalog.register(database, old)
+    with database.transaction() as connection:
+        connection.execute(
+            update(jobs_table)
+            .where(jobs_table.c.name == "sync")
+            .values(first_seen=last_ran - timedelta(hours=1), caught_up_to=last_ran)
+        )
+    history.write(
+        database,
+        "sync",
+        [Entry(last_ran, RunStatus.SUCCEEDED)],
+        holder="node-old",
+        lease_seconds=30,
+        origin=Origin.SCHEDULE,
+    )
+    new = {"sync": job("30 * * * * *", name="sync")(lambda: None)}
+    catalog.register(database, new)
+    claimed: list[Claim] = []
+    _catch_up(database, new, claimed).run_pass(datetime.now(UTC))
+    assert [claim.period for claim in claimed] == [last_ran + timedelta(minutes=1)], (
+        "only the old schedule's period that no node ran"
+    )
+
+
+def test_every_pause_while_no_node_ran_is_honoured(database: Database) -> None:
+    """Paused, resumed, paused and resumed again, all while no node was running: the
+    periods of both pauses are skipped, not just those of the latest."""
+    every_second = {"sync": job("* * * * * *", name="sync")(lambda: None)}
+    catalog.register(database, every_second)
+    windows = []
+    for _ in range(2):
+        assert job_rows.set_paused(database, "sync", paused=True)
+        paused_at = database.read_clock()
+        time.sleep(1.5)
+        assert job_rows.set_paused(database, "sync", paused=False)
+        windows.append((paused_at, database.read_clock()))
+        time.sleep(1.5)
+    claimed: list[Claim] = []
+    _catch_up(database, every_second, claimed).run_pass(datetime.now(UTC))
+    inside = [
+        claim.period for claim in claimed for start, end in windows if start <= claim.period < end
+    ]
+    assert claimed, "the periods between the pauses run"
+    assert inside == [], "a period of an earlier pause was run"

@@ -141,3 +141,31 @@ def test_check_can_look_at_one_job(database_url: str, database: Database) -> Non
     )
     assert bad_window.exit_code == 2
     assert bad_window.stderr.startswith("error: --window:")
+
+
+def test_a_run_abandoned_for_good_is_listed(database_url: str, database: Database) -> None:
+    """A run given up after its node died again and again (no retry is coming) is a
+    period that never ran: `check` must say so."""
+    seed.add_job(database, "hourly", "0 * * * *", first_seen=seed.now(), alert_after=3600)
+    period = (seed.now() - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    seed.add_run(
+        database,
+        "hourly",
+        period,
+        "abandoned",
+        reason="lease_expired",
+        attempt=3,
+        finished_at=seed.now() - timedelta(minutes=5),
+    )
+    seed.add_run(
+        database,
+        "hourly",
+        period + timedelta(hours=1),
+        "abandoned",
+        reason="shutdown",
+        finished_at=seed.now() - timedelta(minutes=4),
+        retry_at=seed.now(),
+    )
+    result, report = check(database_url)
+    assert result.exit_code == 1
+    assert problems(report) == [("abandoned", "hourly", period)], "only the one given up"

@@ -93,5 +93,40 @@ def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
 def test_renewal_returns_only_runs_still_held(database: Database) -> None:
     first, second = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 60)], "node-a").won
     runs.finish(database, second, RunStatus.SUCCEEDED, 1)
-    assert runs.renew_leases(database, [first, second]) == {first.key}
-    assert runs.renew_leases(database, [replace(first, attempt=2)]) == set()
+    assert [row.key for row in runs.renew_leases(database, "node-a")] == [first.key]
+    assert runs.renew_leases(database, "node-b") == []
+
+
+def test_a_backlog_claimed_in_one_batch_is_judged_period_by_period(database: Database) -> None:
+    """Periods that piled up while claims failed (the database was away, a node stalled)
+    all belong to the job; none is skipped because of its own neighbours in the batch.
+    They still run one at a time: the newer ones wait for the older ones to start."""
+    backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(5)]
+    result = runs.claim(database, backlog, "node-a")
+    assert sorted(claim.period for claim in result.won) == [item.period for item in backlog]
+    assert result.skipped == []
+    oldest, second, *_ = sorted(result.won, key=lambda claim: claim.period)
+    assert runs.start(database, second, after_earlier=True) is Start.WAIT
+    assert runs.start(database, oldest, after_earlier=True) is Start.STARTED
+    assert runs.start(database, second, after_earlier=True) is Start.WAIT
+
+
+def test_a_backlog_behind_a_running_period_is_skipped(database: Database) -> None:
+    """Overlap is judged against runs outside the batch: behind a period that still
+    runs, each period of the backlog is skipped, as any single period would be."""
+    (running,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    assert runs.start(database, running) is Start.STARTED
+    backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(1, 4)]
+    result = runs.claim(database, backlog, "node-b")
+    assert result.won == []
+    assert len(result.skipped) == 3
+
+
+def test_a_period_ahead_of_the_database_clock_is_not_claimed(database: Database) -> None:
+    """A node whose clock runs ahead must not claim (or skip) a period that has not come
+    yet by the database clock: it is left alone and reported back as early."""
+    ahead = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    result = runs.claim(database, [Due("sync", ahead, 30), Due("sync", PERIOD, 30)], "node-a")
+    assert [claim.period for claim in result.won] == [PERIOD]
+    assert [item.period for item in result.early] == [ahead]
+    assert runs.get(database, "sync", ahead) is None

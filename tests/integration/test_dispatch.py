@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -18,6 +17,7 @@ from scheduler.store import runs
 from scheduler.store.database import Database
 from scheduler.store.runs import Due
 from scheduler.store.schema import runs as runs_table
+from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NODE = "node-a"
@@ -39,7 +39,7 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
     dispatcher = Dispatcher(database, {"sync": sync}, NODE, 4, structlog.get_logger())
     (first,) = runs.claim(database, [Due("sync", PERIOD, 3)], NODE).won
     first_done = dispatcher.submit(first)
-    _wait_until(lambda: calls == [1])
+    wait_until(lambda: calls == [1])
 
     with database.transaction() as connection:
         connection.execute(
@@ -65,14 +65,6 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
     assert row is not None
     assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
     dispatcher.drain(1)
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def test_runs_are_marked_running_only_as_workers_free_up(database: Database) -> None:

@@ -3,10 +3,12 @@ newest run and success, unfinished runs and every claimed item stay."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from scheduler.store import prune
 from scheduler.store.database import Database
 from scheduler.store.schema import attempts, items, runs
-from tests.integration.seed import rows
+from tests.integration.seed import add_run, rows
 from tests.retention_seed import RETENTION, seed
 
 
@@ -53,3 +55,28 @@ def test_a_stopping_node_leaves_between_batches(database: Database) -> None:
     assert result.runs == 1
     assert result.items == 0
     assert len(rows(database, runs)) == len(seeded.kept_runs) + len(seeded.doomed_runs) - 1
+
+
+def test_done_items_of_a_run_that_is_kept_stay_with_it(database: Database) -> None:
+    """A failed run is kept (it is the job's newest); its done items are older than the
+    cutoff. Deleting them would let a rerun of that run handle them a second time."""
+    now = database.read_clock().replace(microsecond=0)
+    period = now - timedelta(days=120)
+    run_id = add_run(database, "invoicing", period, "failed", finished_at=period)
+    with database.transaction() as connection:
+        connection.execute(
+            items.insert().values(
+                job="invoicing",
+                key="invoice:2026-10:42",
+                state="done",
+                period=period,
+                run_id=run_id,
+                attempt=1,
+                node="node-a",
+                claimed_at=period,
+                done_at=period,
+            )
+        )
+    prune.prune(database, prune.cutoff_for(database, RETENTION))
+    assert {row["id"] for row in rows(database, runs)} == {run_id}
+    assert [row["key"] for row in rows(database, items)] == ["invoice:2026-10:42"]

@@ -81,7 +81,7 @@ def test_an_expired_run_is_retaken_once_and_the_late_writer_refused(database: Da
     assert runs.retake(database, stale, "node-c") is None, "a stale read must not win twice"
     # The old holder comes back and tries to record its outcome: refused.
     assert not runs.finish(database, claim, RunStatus.SUCCEEDED, 5)
-    assert runs.renew_leases(database, [claim]) == set()
+    assert runs.renew_leases(database, "node-a") == []
     assert runs.start(database, retaken) is Start.STARTED
     assert runs.finish(database, retaken, RunStatus.SUCCEEDED, 7)
     row = runs.get(database, "sync", PERIOD)
@@ -138,14 +138,6 @@ def test_lock_keys_are_stable() -> None:
     assert runs.job_lock_key("billing") == runs.job_lock_key("billing")
     assert runs.job_lock_key("billing") != runs.job_lock_key("billing2")
     assert -(2**63) <= runs.job_lock_key("x") < 2**63
-
-
-def test_a_backlog_of_one_job_claims_only_one_period(database: Database) -> None:
-    """Periods that piled up while the database was away must not all start at once."""
-    backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(4)]
-    result = runs.claim(database, backlog, "node-a")
-    assert [claim.period for claim in result.won] == [PERIOD]
-    assert len(result.skipped) == 3
 
 
 def test_a_retaken_older_period_waits_for_a_newer_one_that_runs(database: Database) -> None:
@@ -218,3 +210,32 @@ def test_one_batch_starts_the_oldest_queued_period_and_holds_the_next(database: 
         [StartRequest(newer, after_earlier=True)],
     )
     assert (applied, started) == ([True], [Start.STARTED])
+
+
+def test_a_lease_renewed_after_it_was_read_as_expired_is_not_retaken(database: Database) -> None:
+    """Recovery read the lease as expired; before its takeover lands, the holder's
+    renewal does. The takeover must look at the lease again, or the holder would carry
+    on believing its renewal and the new attempt would run beside it."""
+    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    runs.start(database, claim)
+    _expire(database, claim.id)
+    (stale,) = runs.find_stale(database, ["sync"], 10)
+    with database.transaction() as connection:
+        connection.execute(
+            update(runs_table)
+            .where(runs_table.c.id == claim.id)
+            .values(lease_expires_at=datetime.now(UTC) + timedelta(seconds=30))
+        )
+    assert runs.retake(database, stale, "node-b") is None
+    row = runs.get(database, "sync", PERIOD)
+    assert row is not None
+    assert (row["attempt"], row["holder"]) == (1, "node-a")
+
+
+def test_an_expired_lease_cannot_be_renewed(database: Database) -> None:
+    """Once the lease has run out by the database clock, the run is anyone's: the old
+    holder's renewal is refused, so that it learns it lost, whoever retakes it."""
+    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    runs.start(database, claim)
+    _expire(database, claim.id)
+    assert runs.renew_leases(database, "node-a") == []

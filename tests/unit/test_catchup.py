@@ -46,7 +46,7 @@ def test_none_runs_nothing() -> None:
 
 def test_paused_periods_are_skipped_and_never_caught_up() -> None:
     pause = Pause(NOW - timedelta(hours=5), NOW - timedelta(hours=2))
-    result = plan(HOURS, NOW, Policy(catchup=Catchup.ALL), pause)
+    result = plan(HOURS, NOW, Policy(catchup=Catchup.ALL), [pause])
     paused = [p for p, reason in result.skip if reason is Reason.PAUSED]
     assert paused == [p for p in HOURS if pause.covers(p)]
     assert len(paused) == 3

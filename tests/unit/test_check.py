@@ -120,13 +120,18 @@ def test_a_period_skipped_for_overlap_is_overdue_but_one_skipped_while_paused_is
     assert overdue(HOURLY, at(11), run(at(11), "skipped", reason="paused"), None) is None
 
 
-def test_failed_timed_out_and_missed_runs_are_problems() -> None:
-    for status in ("failed", "timed_out", "missed"):
+def test_failed_timed_out_missed_and_given_up_runs_are_problems() -> None:
+    for status in ("failed", "timed_out", "missed", "abandoned"):
         finding = recorded_problem(run(at(9), status), retries=0)
         assert finding is not None
         assert finding.problem == Problem(status)
-    for status in ("succeeded", "skipped", "running", "abandoned"):
+    for status in ("succeeded", "skipped", "running"):
         assert recorded_problem(run(at(9), status), retries=0) is None
+
+
+def test_an_abandoned_run_waiting_for_its_next_attempt_is_not_a_problem() -> None:
+    given_back = run(at(9), "abandoned", reason="shutdown", retry_at=at(9, 1))
+    assert recorded_problem(given_back, retries=0) is None
 
 
 def test_a_failed_run_waiting_for_its_retry_is_not_yet_a_problem() -> None:

@@ -1,0 +1,67 @@
+"""The host clock of a node steps (NTP after a VM resume, an operator's `date -s`): the
+node keeps scheduling by the database clock, claims nothing that has not come yet by
+that clock, and says its clock is off.
+
+The step comes from libfaketime (Debian's `faketime`), which moves this process's wall
+clock at run time and leaves its monotonic clock alone, as a real clock step does."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from scheduler.states import RunStatus
+from tests.acceptance.processes import start_node
+from tests.acceptance.records import missing_seconds, run_rows
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
+
+def _stepped_clock(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    if LIBFAKETIME is None:
+        pytest.fail("libfaketime is missing: run scripts/test (it installs faketime)")
+    offset = tmp_path / "clock-offset"
+    offset.write_text("+0\n")
+    return offset, {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(offset),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+
+
+def test_a_clock_stepped_an_hour_ahead_claims_nothing_early(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    offset, faked = _stepped_clock(tmp_path)
+    log = tmp_path / "executions.txt"
+    node = start_node(
+        tmp_path, "stepped", postgres_url, "clockwise", EXECUTION_LOG=str(log), **faked
+    )
+    try:
+        node.wait_for(lambda event: event.get("event") == "run_succeeded")
+        time.sleep(1.5)  # past the node's first clock reading: the step lands between two
+        offset.write_text("+1h\n")
+        stepped_at = datetime.now(UTC)
+        node.wait_for(lambda event: event.get("event") == "clock_skew", timeout=20)
+        time.sleep(3)
+        with psycopg.connect(postgres_url) as connection:
+            (database_now,) = connection.execute("SELECT now()").fetchone() or (None,)
+    finally:
+        assert node.stop() == 0
+    assert isinstance(database_now, datetime)
+    ahead = database_now + timedelta(seconds=2)
+    for job in ("every-second", "hourly"):
+        early = [row["period"] for row in run_rows(postgres_url, job) if row["period"] > ahead]
+        assert early == [], f"{job}: periods claimed or skipped before their time: {early[:3]}"
+    rows = [row for row in run_rows(postgres_url, "every-second") if row["period"] > stepped_at]
+    assert len(rows) >= 4, "the every-second job stopped after the step"
+    assert missing_seconds([row["period"] for row in rows]) == []
+    assert {row["status"] for row in rows} == {RunStatus.SUCCEEDED}
+    skew = next(event for event in node.events() if event.get("event") == "clock_skew")
+    assert 3590 <= abs(float(skew["offset_s"])) <= 3610
