@@ -20,7 +20,7 @@ COPY pyproject.toml README.md ./
 COPY scheduler/ scheduler/
 COPY migrations/ migrations/
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /src/dist . \
-    && /opt/scheduler/bin/pip install --no-deps --no-index /src/dist/scheduler-*.whl \
+    && /opt/scheduler/bin/pip install --no-deps --no-index /src/dist/cronclaim-*.whl \
     && /opt/scheduler/bin/pip check
 
 # ---- runtime: the virtual environment, the job modules, a non-root user

@@ -23,6 +23,7 @@ from scheduler.config import (
     DEFAULT_JOBS,
     DEFAULT_RECOVERY_INTERVAL,
     DEFAULT_WORKERS,
+    DISTRIBUTION,
     node_identity,
     parse_jobs_option,
     parse_option_duration,
@@ -39,7 +40,8 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 class Group(click.Group):
-    """Turns a UserError anywhere below into one line on stderr and exit status 2."""
+    """Turns a UserError anywhere below into one line on stderr and exit status 2, and
+    click's own usage errors (a missing argument, an unknown option) into the same shape."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -47,6 +49,33 @@ class Group(click.Group):
         except UserError as error:
             click.echo(f"error: {error}", err=True)
             ctx.exit(USER_ERROR)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()  # the bare command: its help, as click shows it
+            sys.exit(USER_ERROR)
+        except click.UsageError as error:
+            click.echo(f"error: {usage_line(error)}", err=True)
+            sys.exit(USER_ERROR)
+        except click.ClickException as error:
+            click.echo(f"error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def usage_line(error: click.UsageError) -> str:
+    """click's message on one line, with the command to ask for help."""
+    message = " ".join(error.format_message().split())
+    if error.ctx is None:
+        return message
+    return f"{error.ctx.command_path}: {message} (see `{error.ctx.command_path} --help`)"
 
 
 def database_option(command: Command) -> Command:
@@ -93,7 +122,7 @@ def logging_options(command: Command) -> Command:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="scheduler")
+@click.version_option(package_name=DISTRIBUTION, prog_name="scheduler")
 def main() -> None:
     """Run cron jobs once per period across any number of replicas."""
 

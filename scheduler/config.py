@@ -13,6 +13,9 @@ from scheduler.durations import parse_duration
 from scheduler.errors import UserError
 from scheduler.store.nodes import NodeIdentity
 
+# The name on the package index: `scheduler` there is another project. The import name
+# and the command stay `scheduler`.
+DISTRIBUTION = "cronclaim"
 DEFAULT_DATABASE_URL = "sqlite:///scheduler.db"
 DEFAULT_JOBS = "jobs"
 DEFAULT_GRACE = "30s"
@@ -60,5 +63,5 @@ def node_identity(name: str | None) -> NodeIdentity:
         name=node_name,
         host=host,
         pid=pid,
-        version=version("scheduler"),
+        version=version(DISTRIBUTION),
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import DISTRIBUTION
 from scheduler.registry import load_jobs
 from scheduler.states import RunStatus
 from tests import dockerfile
@@ -212,19 +213,24 @@ def test_the_installed_command_answers(image: Image) -> None:
     for command in ("run", "migrate", "run-once"):
         assert re.search(rf"^\s+{command}\s", helped.stdout, re.M), helped.stdout
     version = image.run(["--version"])
-    assert "0.1.0" in version.stdout
+    assert version.stdout.strip() == "scheduler, version 0.1.0", version.stdout
 
 
 def test_the_package_comes_from_the_wheel_not_the_source(image: Image) -> None:
+    script = (
+        "import scheduler, sys; from importlib import metadata; print(scheduler.__file__); "
+        "print(sys.prefix); print(*metadata.packages_distributions()['scheduler'])"
+    )
     located = subprocess.run(
-        ["python", "-c", "import scheduler, sys; print(scheduler.__file__); print(sys.prefix)"],
+        ["python", "-c", script],
         cwd=image.workdir,
         env=image.env,
         capture_output=True,
         text=True,
         check=True,
     )
-    package, prefix = located.stdout.split()
+    package, prefix, distribution = located.stdout.split()
+    assert distribution == DISTRIBUTION, "the wheel's name, not `scheduler` (another project)"
     assert prefix == str(image.root / "opt" / "scheduler")
     assert package.startswith(prefix)
     assert (Path(package).parent / "_migrations" / "env.py").is_file()
