@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -50,11 +50,18 @@ class Group(click.Group):
             click.echo(f"error: {error}", err=True)
             ctx.exit(USER_ERROR)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(  # one signature for both of click's overloads
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as error:
             error.show()  # the bare command: its help, as click shows it
             sys.exit(USER_ERROR)
