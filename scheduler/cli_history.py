@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from scheduler import logs, oneshot, repair
+from scheduler import logs, oneshot, repair, views
 from scheduler.cli import (
     database_option,
     install_signal_handlers,
@@ -27,7 +27,8 @@ from scheduler.cli import (
     prepare,
 )
 from scheduler.config import node_identity, parse_jobs_option, parse_option_duration, parse_period
-from scheduler.errors import UserError
+from scheduler.cron import Schedule, parse_schedule
+from scheduler.errors import ScheduleError, UserError
 from scheduler.oneshot import Foreground
 from scheduler.registry import Job, load_jobs
 from scheduler.store import jobs as job_rows
@@ -130,9 +131,11 @@ def backfill(
     foreground = _foreground(node, job_name)
     steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
     if dry_run:
-        for step in steps:
-            status = step.status.value if step.status else "-"
-            click.echo(f"{step.period.isoformat()}  {status:<10}  {step.action.value}")
+        rows = [
+            [views.iso(step.period) or "", step.status.value if step.status else "-", step.action]
+            for step in steps
+        ]
+        click.echo(views.table(["PERIOD", "STATUS", "ACTION"], rows))
         return
     foreground.open()
     try:
@@ -210,31 +213,68 @@ def resume(job_name: str, database_url: str) -> None:
 
 
 @main.command()
-@click.argument("job_name", metavar="JOB")
+@click.argument("job_name", metavar="[JOB]", required=False)
+@click.option(
+    "--cron",
+    default=None,
+    help="Try this cron expression instead of a job's; needs no job module, writes nothing.",
+)
+@click.option("--timezone", default=None, help="With --cron: the IANA time zone [default: UTC].")
 @click.option("--count", type=click.IntRange(1, 10_000), default=10, show_default=True)
 @click.option("--after", default=None, help="Start after this instant [default: now].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per period.")
 @jobs_option
-def plan(job_name: str, count: int, after: str | None, as_json: bool, jobs_modules: str) -> None:
-    """Print JOB's next periods in UTC and in its time zone, to check a cron expression."""
+def plan(
+    *,
+    job_name: str | None,
+    cron: str | None,
+    timezone: str | None,
+    count: int,
+    after: str | None,
+    as_json: bool,
+    jobs_modules: str,
+) -> None:
+    """Print JOB's next periods (or those of --cron) in UTC and in its time zone."""
     logs.configure(logs.LogFormat.CONSOLE, "warning")
-    job = _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name)
+    schedule = _planned_schedule(job_name, cron, timezone, jobs_modules)
     moment = parse_period(after, "--after") or datetime.now(UTC)
-    zone = ZoneInfo(job.schedule.timezone)
-    for period in _upcoming(job, moment, count):
-        local = period.astimezone(zone)
-        if as_json:
-            record = {"utc": period.isoformat(), "local": local.isoformat(), "zone": zone.key}
+    zone = ZoneInfo(schedule.timezone)
+    upcoming = [(period, period.astimezone(zone)) for period in _upcoming(schedule, moment, count)]
+    if as_json:
+        for period, local in upcoming:
+            record = {"utc": views.iso(period), "local": local.isoformat(), "zone": zone.key}
             click.echo(json.dumps(record))
-        else:
-            click.echo(f"{period.isoformat()}  {local.isoformat()}  {local.strftime('%a %Z')}")
+        return
+    rows = [
+        [views.iso(period) or "", local.isoformat(), local.strftime("%a %Z")]
+        for period, local in upcoming
+    ]
+    click.echo(views.table(["PERIOD (UTC)", f"LOCAL ({zone.key})", "DAY"], rows))
 
 
-def _upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
+def _planned_schedule(
+    job_name: str | None, cron: str | None, timezone: str | None, jobs_modules: str
+) -> Schedule:
+    """The schedule to plan: a job's from --jobs, or the expression given with --cron."""
+    if cron is None:
+        if timezone is not None:
+            raise UserError("--timezone: only with --cron (a job has its own time zone)")
+        if job_name is None:
+            raise UserError("plan: name a JOB, or try an expression with --cron '*/5 * * * *'")
+        return _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name).schedule
+    if job_name is not None:
+        raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
+    try:
+        return parse_schedule(cron, timezone or "UTC")
+    except ScheduleError as error:
+        raise UserError(f"--{error.field}: {error.message}") from None
+
+
+def _upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     periods: list[datetime] = []
     moment: datetime | None = after
     while len(periods) < count and moment is not None:
-        moment = job.schedule.next_after(moment)
+        moment = schedule.next_after(moment)
         if moment is not None:
             periods.append(moment)
     return periods

@@ -25,7 +25,7 @@ DEFAULT_CATCHUP_INTERVAL = "1m"
 
 
 def parse_jobs_option(raw: str) -> tuple[str, ...]:
-    """`--jobs` takes comma-separated module or package names."""
+    """`--jobs` takes comma-separated module or package names, or paths of files or folders."""
     modules = tuple(part.strip() for part in raw.split(",") if part.strip())
     if not modules:
         raise UserError("--jobs: name at least one module or package, e.g. --jobs jobs")
