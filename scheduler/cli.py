@@ -29,13 +29,15 @@ from scheduler.config import (
     parse_option_duration,
 )
 from scheduler.daemon import Daemon, DaemonSettings
-from scheduler.errors import UserError
+from scheduler.errors import SchemaOutdatedError, UserError
 from scheduler.registry import Job, load_jobs
 from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
 
 USER_ERROR = 2
+# `migrate --check`: the schema needs `scheduler migrate`.
+BEHIND = 1
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
@@ -277,9 +279,44 @@ def install_signal_handlers(request_stop: Callable[[], None]) -> None:
 @main.command()
 @database_option
 @logging_options
-def migrate(database_url: str, log_format: str, log_level: str) -> None:
-    """Create or upgrade the scheduler's tables to this version's schema."""
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only say whether the schema is current: exit 0 if it is, 1 (one line) if behind.",
+)
+@click.option(
+    "--sql",
+    "as_sql",
+    is_flag=True,
+    help="Print the SQL script for this database's dialect instead of running it.",
+)
+def migrate(
+    database_url: str, log_format: str, log_level: str, check_only: bool, as_sql: bool
+) -> None:
+    """Create or upgrade the scheduler's tables to this version's schema.
+
+    The revision is kept in scheduler_alembic_version, apart from an application's
+    alembic_version; one an older scheduler wrote there is moved over.
+    """
     logs.configure(logs.LogFormat(log_format), log_level)
+    if check_only and as_sql:
+        raise UserError("migrate: give --check or --sql, not both")
+    if check_only or as_sql:
+        database, state = migrations.inspect_url(database_url)
+        try:
+            if as_sql:
+                click.echo(migrations.offline_sql(database, state), nl=False)
+                return
+            line = state.describe()
+            if line.startswith("unknown: "):
+                raise SchemaOutdatedError(line.removeprefix("unknown: "))
+            click.echo(line)
+            if not state.up_to_date:
+                sys.exit(BEHIND)
+        finally:
+            database.dispose()
+        return
     database = open_database(database_url, must_exist=False)
     before = migrations.current_revision(database)
     migrations.upgrade(database)
