@@ -10,6 +10,8 @@ inputs.
   a period skipped because the job was paused is accounted for.
 - **failed / timed_out / missed**: a run recorded in one of these statuses within
   the window, except a failed run still waiting for a retry.
+- **stuck**: items claimed by an attempt that ended without finishing them (one
+  finding per job): someone must check their effect by hand.
 """
 
 from __future__ import annotations
@@ -23,14 +25,20 @@ from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import UserError
 from scheduler.states import Reason, RunStatus
+from scheduler.store import items as ledger
 from scheduler.store import queries
 from scheduler.store.database import Database
+from scheduler.store.items import ItemRow
 from scheduler.store.jobs import JobRow, all_jobs
 from scheduler.store.queries import NodeRow, RunRow, Success
 
 DEFAULT_WINDOW = timedelta(days=1)
 # A node that has not beaten for three default heartbeats (10 s each) is not alive.
 NODE_SILENT_AFTER = timedelta(seconds=30)
+# Stuck items read per check; more are counted as "at least" this many.
+STUCK_LIMIT = 1000
+# Keys of stuck items named in a finding; `scheduler items JOB --stuck` lists them all.
+STUCK_KEYS_SHOWN = 3
 # Rows written before job policies were stored: one default lease TTL.
 FALLBACK_ALERT_AFTER = timedelta(seconds=30)
 
@@ -40,6 +48,7 @@ class Problem(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     MISSED = "missed"
+    STUCK = "stuck"
 
 
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED)
@@ -171,6 +180,25 @@ def assess(
     return findings
 
 
+def stuck(rows: Sequence[ItemRow], watched: Collection[str]) -> list[Finding]:
+    """One finding per watched job with stuck items, named by its newest one's period."""
+    by_job: dict[str, list[ItemRow]] = {}
+    for row in rows:
+        if row.job in watched:
+            by_job.setdefault(row.job, []).append(row)
+    findings = []
+    for job, found in sorted(by_job.items()):
+        keys = ", ".join(repr(row.key) for row in found[:STUCK_KEYS_SHOWN])
+        more = " …" if len(found) > STUCK_KEYS_SHOWN else ""
+        count = f"{len(found)}+" if len(rows) >= STUCK_LIMIT else str(len(found))
+        detail = (
+            f"{count} item(s) claimed by an attempt that ended without finishing them: "
+            f"{keys}{more}; check each, then `scheduler items done|release {job} KEY`"
+        )
+        findings.append(Finding(Problem.STUCK, job, found[0].period, found[0].state, None, detail))
+    return findings
+
+
 def alive(node: NodeRow, now: datetime) -> bool:
     return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
 
@@ -198,6 +226,8 @@ def gather(
         queries.last_successes(database),
         queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
     )
+    stuck_items = ledger.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
+    findings += stuck(stuck_items, {job.name for job in jobs})
     return Report(
         checked_at=now,
         window=window,

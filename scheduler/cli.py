@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from scheduler import catalog, logs
+from scheduler import catalog, logs, metrics
 from scheduler import http as operations_http
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
@@ -215,6 +215,14 @@ def prepare(
     help="Serve /healthz, /readyz and /metrics on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
 )
 @click.option(
+    "--metrics-per-job/--no-metrics-per-job",
+    envvar="SCHEDULER_METRICS_PER_JOB",
+    default=False,
+    show_default=True,
+    show_envvar=True,
+    help="Label the duration and start-lag histograms of /metrics by job (34 series a job).",
+)
+@click.option(
     "--retention",
     envvar="SCHEDULER_RETENTION",
     default=None,
@@ -234,10 +242,12 @@ def run(
     catchup_interval: str,
     migrate_first: bool,
     http: str | None,
+    metrics_per_job: bool,
     retention: str | None,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
     server = operations_http.bind(http)  # a busy port is refused before anything is written
+    metrics.per_job_histograms(metrics_per_job)
     settings = DaemonSettings(
         workers=workers,
         grace=parse_option_duration("--grace", grace),

@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from scheduler import logs, oneshot, repair, views
+from scheduler import logs, oneshot, views
+from scheduler.admin import Admin
 from scheduler.cli import (
     database_option,
     install_signal_handlers,
@@ -31,9 +32,6 @@ from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError, UserError
 from scheduler.oneshot import Foreground
 from scheduler.registry import Job, load_jobs
-from scheduler.store import jobs as job_rows
-from scheduler.store import migrate as migrations
-from scheduler.store.database import open_database
 
 SUCCESS, FAILURE = 0, 1
 
@@ -81,11 +79,16 @@ def _pick(jobs: dict[str, Job], name: str) -> Job:
     return jobs[name]
 
 
-def _required_period(option: str, raw: str) -> datetime:
-    moment = parse_period(raw, option)
-    if moment is None:
-        raise UserError(f"{option}: give an ISO-8601 instant")
-    return moment
+def _operator(node: NodeArgs, job_name: str) -> tuple[Admin, Job, threading.Event]:
+    """Check everything the user gave; the job, and a stop event that SIGTERM sets."""
+    parse_option_duration("--grace", node.grace)
+    database, jobs = prepare(
+        node.database_url, node.jobs_modules, node.log_format, node.log_level, migrate_first=False
+    )
+    job = _pick(jobs, job_name)
+    stop = threading.Event()
+    install_signal_handlers(stop.set)
+    return Admin(database), job, stop
 
 
 def _leave(status: int) -> None:
@@ -127,26 +130,25 @@ def backfill(
     Periods that never ran (no row, skipped, missed) run; failed ones only with
     --include-failed. Exit 0 if every period run succeeded, 1 otherwise.
     """
-    first, last = _required_period("--from", start), _required_period("--to", end)
-    foreground = _foreground(node, job_name)
-    steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
+    admin, job, stop = _operator(node, job_name)
+    done = admin.backfill(
+        job,
+        start,
+        end,
+        include_failed=include_failed,
+        dry_run=dry_run,
+        node_name=node.node_name,
+        grace=node.grace,
+        stop=stop,
+    )
     if dry_run:
         rows = [
             [views.iso(step.period) or "", step.status.value if step.status else "-", step.action]
-            for step in steps
+            for step in done.steps
         ]
         click.echo(views.table(["PERIOD", "STATUS", "ACTION"], rows))
         return
-    foreground.open()
-    try:
-        succeeded, failed = repair.run_backfill(foreground, steps)
-        interrupted = foreground.stopped
-    finally:
-        foreground.close()
-    foreground.log.info(
-        "backfill_finished", succeeded=succeeded, failed=failed, interrupted=interrupted
-    )
-    _leave(SUCCESS if failed == 0 and not interrupted else FAILURE)
+    _leave(SUCCESS if done.failed == 0 and not done.interrupted else FAILURE)
 
 
 @main.command()
@@ -154,13 +156,9 @@ def backfill(
 @foreground_options
 def trigger(*, job_name: str, node: NodeArgs) -> None:
     """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure)."""
-    foreground = _foreground(node, job_name)
-    foreground.open()
-    try:
-        succeeded = foreground.run(repair.trigger(foreground))
-    finally:
-        foreground.close()
-    _leave(SUCCESS if succeeded else FAILURE)
+    admin, job, stop = _operator(node, job_name)
+    outcome = admin.trigger(job, node_name=node.node_name, grace=node.grace, stop=stop)
+    _leave(SUCCESS if outcome.succeeded else FAILURE)
 
 
 @main.command()
@@ -170,29 +168,19 @@ def trigger(*, job_name: str, node: NodeArgs) -> None:
 @foreground_options
 def rerun(*, job_name: str, period: str, force: bool, node: NodeArgs) -> None:
     """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force)."""
-    moment = _required_period("PERIOD", period)
-    foreground = _foreground(node, job_name)
-    target = repair.rerun_target(foreground, moment, force=force)
-    foreground.open()
-    try:
-        claim = repair.rerun(foreground, target)
-        if claim is None:
-            raise UserError(f"job {job_name!r}: PERIOD: {moment.isoformat()} changed meanwhile")
-        succeeded = foreground.run(claim)
-    finally:
-        foreground.close()
-    _leave(SUCCESS if succeeded else FAILURE)
+    admin, job, stop = _operator(node, job_name)
+    outcome = admin.rerun(
+        job, period, force=force, node_name=node.node_name, grace=node.grace, stop=stop
+    )
+    _leave(SUCCESS if outcome.succeeded else FAILURE)
 
 
 def _set_paused(job_name: str, database_url: str, *, paused: bool) -> None:
-    database = open_database(database_url)
-    migrations.require_current_schema(database)
-    if not job_rows.set_paused(database, job_name, paused=paused):
-        raise UserError(
-            f"job {job_name!r}: name: unknown to this database "
-            "(a node registers a job when it starts)"
-        )
-    database.dispose()
+    with Admin(database_url) as admin:
+        if paused:
+            admin.pause(job_name)
+        else:
+            admin.resume(job_name)
     click.echo(f"{job_name}: {'paused' if paused else 'resumed'}")
 
 

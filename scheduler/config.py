@@ -54,6 +54,18 @@ def parse_period(raw: str | None, option: str = "--period") -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def parse_instant(option: str, raw: str) -> datetime:
+    """An ISO-8601 instant of any precision (a manual run's period has microseconds);
+    one without an offset is read as UTC."""
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise UserError(
+            f"{option}: cannot read {raw!r} as an ISO-8601 time (e.g. 2026-01-31T03:00:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def node_identity(name: str | None) -> NodeIdentity:
     """A node id unique even when two containers share a hostname and pid 1."""
     host, pid = socket.gethostname(), os.getpid()

@@ -1,19 +1,29 @@
 """Prometheus metrics: what this node did (counters, histograms) and what the database says
-(overdue jobs, last success), served on `/metrics` by `scheduler.http`.
+(overdue jobs, last success, missed periods, stuck items, runs in progress), served on
+`/metrics` by `scheduler.http`.
 
 The daemon calls the `record_*` functions at the moment something happens; they
 cost a dictionary look-up and are safe from any thread. The database-derived gauges
-are read at scrape time, so every node shows the whole cluster's view of them.
+are read at scrape time, so every node shows the whole cluster's view of them, with
+a zero for every registered job that has nothing to count (a series that appears only
+once something goes wrong cannot be alerted on with `rate` or `> 0` before it does).
+
+The series stay bounded at fleet size: a few per job. The two histograms have no `job`
+label unless `per_job_histograms(True)` (`scheduler run --metrics-per-job`), which
+adds 34 series per job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import collections
+import platform
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from typing import Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -23,11 +33,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import check
+from scheduler.config import DISTRIBUTION
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
-from scheduler.states import Origin, RunStatus
+from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
+from scheduler.store import items as ledger
 from scheduler.store import queries
 from scheduler.store.database import Database, first_line
+from scheduler.store.jobs import all_jobs
+
+# `scheduler_missed_periods` counts what was recorded this long ago or later.
+MISSED_WINDOW = timedelta(days=1)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
@@ -65,12 +81,29 @@ CATCHUP_CLAIMS = Counter(
     ["job"],
     registry=REGISTRY,
 )
+BUILD = Info(
+    "scheduler_build",
+    "The scheduler this node runs: version and Python.",
+    registry=REGISTRY,
+)
 LEASES_LOST = Counter(
     "scheduler_leases_lost",
     "Runs this node stopped treating as its own because their lease could not be renewed.",
     ["job"],
     registry=REGISTRY,
 )
+
+
+def describe_build() -> None:
+    BUILD.info({"version": version(DISTRIBUTION), "python": platform.python_version()})
+
+
+describe_build()
+
+
+def per_job_histograms(enabled: bool) -> None:
+    """Label the duration and start-lag histograms by job (34 series per job) or not."""
+    RUN_DURATION.per_job = START_LAG.per_job = enabled
 
 
 class Claimed(Protocol):
@@ -124,6 +157,17 @@ class DatabaseCollector(Collector):
         try:
             report = check.gather(self._database, window=timedelta(0))
             successes = queries.last_successes(self._database)
+            jobs = [row.name for row in all_jobs(self._database)]
+            missed = queries.count_by_job(
+                self._database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
+            )
+            running = queries.count_by_job(self._database, ACTIVE_STATUSES)
+            stuck = collections.Counter(
+                row.job
+                for row in ledger.list_items(
+                    self._database, None, stuck_only=True, limit=check.STUCK_LIMIT
+                )
+            )
         except (SQLAlchemyError, UserError) as error:
             self._log.warning("metrics_unavailable", error=first_line(error))
             return []
@@ -141,7 +185,39 @@ class DatabaseCollector(Collector):
         for job, success in sorted(successes.items()):
             if success.finished_at is not None:
                 last.add_metric([job], success.finished_at.timestamp())
-        return [overdue, last]
+        return [
+            overdue,
+            last,
+            _per_job(
+                "scheduler_missed_periods",
+                "Periods recorded missed (older than the job's catch-up window) in the last day.",
+                jobs,
+                missed,
+            ),
+            _per_job(
+                "scheduler_stuck_items",
+                "Items claimed by an attempt that ended without finishing them "
+                "(`scheduler items --stuck`).",
+                jobs,
+                stuck,
+            ),
+            _per_job(
+                "scheduler_runs_in_progress",
+                "Runs claimed or running now, on any node.",
+                jobs,
+                running,
+            ),
+        ]
+
+
+def _per_job(
+    name: str, documentation: str, jobs: Iterable[str], counts: Mapping[str, int]
+) -> GaugeMetricFamily:
+    """One gauge per registered job, 0 for a job with nothing counted."""
+    family = GaugeMetricFamily(name, documentation, labels=["job"])
+    for job in sorted({*jobs, *counts}):
+        family.add_metric([job], counts.get(job, 0))
+    return family
 
 
 _watching: list[DatabaseCollector] = []

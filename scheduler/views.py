@@ -14,6 +14,7 @@ from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
+from scheduler.states import Origin
 from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
 
@@ -34,6 +35,24 @@ def short_time(value: str | None) -> str:
     if value is None:
         return "-"
     return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def period_text(value: str | None) -> str:
+    """A period for a table cell: to the second, or in full when it has a fraction (a
+    manual run's), so that `runs show JOB PERIOD` finds what the table printed."""
+    if value is None:
+        return "-"
+    moment = datetime.fromisoformat(value).astimezone(UTC)
+    return (iso(moment) or "-") if moment.microsecond else short_time(value)
+
+
+def origin_text(origin: str, attempt: int) -> str:
+    """How a run came to be, as `runs` shows it: `retry` for a later attempt the
+    scheduler started by itself (a retry after a failure, a takeover of an expired
+    lease) of a scheduled or caught-up period; otherwise the stored origin."""
+    if attempt > 1 and origin in (Origin.SCHEDULE, Origin.CATCHUP):
+        return "retry"
+    return origin
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -121,7 +140,7 @@ def jobs_table(records: Sequence[Record]) -> str:
                 record["cron"],
                 record["timezone"],
                 short_time(record["next_period"]) if record["next_period"] else "never",
-                short_time(last.get("period")),
+                period_text(last.get("period")),
                 status_text(last["status"], last["reason"]) if last else "-",
                 "yes" if record["paused"] else "no",
             ]
@@ -141,6 +160,7 @@ def run_record(run: RunRow) -> Record:
         "status": run.status,
         "reason": run.reason,
         "origin": run.origin,
+        "retry": origin_text(run.origin, run.attempt) == "retry",
         "attempt": run.attempt,
         "node": run.holder,
         "claimed_at": iso(run.claimed_at),
@@ -156,8 +176,9 @@ def runs_table(records: Sequence[Record]) -> str:
     rows = [
         [
             record["job"],
-            short_time(record["period"]),
+            period_text(record["period"]),
             status_text(record["status"], record["reason"]),
+            "retry" if record["retry"] else record["origin"],
             str(record["attempt"]),
             record["node"] or "-",
             duration_text(record["duration_ms"]),
@@ -165,7 +186,7 @@ def runs_table(records: Sequence[Record]) -> str:
         ]
         for record in records
     ]
-    headers = ["JOB", "PERIOD", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
+    headers = ["JOB", "PERIOD", "STATUS", "ORIGIN", "ATTEMPT", "NODE", "DURATION", "ERROR"]
     return table(headers, rows)
 
 
@@ -224,7 +245,7 @@ def run_detail_text(record: Record) -> str:
         ("period", run["period"]),
         ("run id", run["id"]),
         ("status", status_text(run["status"], run["reason"])),
-        ("origin", run["origin"]),
+        ("origin", "retry" if run["retry"] else run["origin"]),
         ("attempt", str(run["attempt"])),
         ("node", run["node"] or "-"),
         ("claimed", run["claimed_at"]),
@@ -338,7 +359,7 @@ def check_text(record: Record, window: str) -> str:
     width = max((len(finding["job"]) for finding in record["findings"]), default=0)
     lines = [
         f"{finding['problem'].upper():<10}{finding['job']:<{width}}  "
-        f"{short_time(finding['period'])}  {finding['detail']}"
+        f"{period_text(finding['period'])}  {finding['detail']}"
         for finding in record["findings"]
     ]
     jobs = f"{record['jobs']} job{'' if record['jobs'] == 1 else 's'}"

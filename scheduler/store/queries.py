@@ -145,6 +145,25 @@ def run_at(database: Database, job: str, period: datetime) -> RunRow | None:
     return _run(row) if row else None
 
 
+def runs_within(database: Database, job: str, start: datetime, end: datetime) -> list[RunRow]:
+    """A job's runs with `start <= period < end`, oldest first."""
+    statement = (
+        select(*_RUN_COLUMNS)
+        .where(runs.c.job == job, runs.c.period >= start, runs.c.period < end)
+        .order_by(runs.c.period)
+    )
+    with database.transaction() as connection:
+        return [_run(row) for row in connection.execute(statement)]
+
+
+def run_by_id(database: Database, run_id: str) -> RunRow | None:
+    """The run a log line's `run_id` names."""
+    statement = select(*_RUN_COLUMNS).where(runs.c.id == run_id)
+    with database.transaction() as connection:
+        row = connection.execute(statement).first()
+    return _run(row) if row else None
+
+
 def runs_at(database: Database, periods: Mapping[str, datetime]) -> dict[str, RunRow]:
     """The run of each job at the period given for it, where one exists."""
     if not periods:
@@ -195,6 +214,23 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
     )
     with database.transaction() as connection:
         return [_run(row) for row in connection.execute(statement)]
+
+
+def count_by_job(
+    database: Database, statuses: Collection[str], *, recorded_since: datetime | None = None
+) -> dict[str, int]:
+    """How many runs each job has in the given statuses (recorded at or after
+    `recorded_since`, as `recorded_since` reads "recorded"); jobs with none are left out."""
+    statement = (
+        select(runs.c.job, func.count().label("runs"))
+        .where(runs.c.status.in_(list(statuses)))
+        .group_by(runs.c.job)
+    )
+    if recorded_since is not None:
+        recorded = func.coalesce(runs.c.finished_at, runs.c.claimed_at)
+        statement = statement.where(recorded >= recorded_since)
+    with database.transaction() as connection:
+        return {row.job: int(row.runs) for row in connection.execute(statement)}
 
 
 def list_nodes(database: Database, *, seen_since: datetime | None = None) -> list[NodeRow]:

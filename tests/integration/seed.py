@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, jobs, nodes, runs
+from scheduler.store.schema import attempts, items, jobs, nodes, runs
 
 
 def now() -> datetime:
@@ -59,6 +59,7 @@ def add_run(
     error: str | None = None,
     retry_at: datetime | None = None,
     claimed_at: datetime | None = None,
+    origin: str = "schedule",
 ) -> str:
     run_id = uuid.uuid4().hex
     started = period + timedelta(milliseconds=5) if status not in ("skipped", "missed") else None
@@ -70,7 +71,7 @@ def add_run(
                 period=period,
                 status=status,
                 reason=reason,
-                origin="schedule",
+                origin=origin,
                 attempt=attempt,
                 holder=holder,
                 lease_seconds=30,
@@ -125,6 +126,26 @@ def add_node(
                 started_at=heartbeat_at - timedelta(minutes=5),
                 heartbeat_at=heartbeat_at,
                 stopped_at=stopped_at,
+            )
+        )
+
+
+def add_item(
+    database: Database, job: str, key: str, period: datetime, run_id: str, *, state: str = "claimed"
+) -> None:
+    """An item as the run `run_id` (attempt 1) claimed it."""
+    with database.transaction() as connection:
+        connection.execute(
+            items.insert().values(
+                job=job,
+                key=key,
+                state=state,
+                period=period,
+                run_id=run_id,
+                attempt=1,
+                node="node-a",
+                claimed_at=period,
+                done_at=period if state == "done" else None,
             )
         )
 
