@@ -40,7 +40,6 @@ from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
 from scheduler.store import items as ledger
 from scheduler.store import queries
 from scheduler.store.database import Database, first_line
-from scheduler.store.jobs import all_jobs
 
 # `scheduler_missed_periods` counts what was recorded this long ago or later.
 MISSED_WINDOW = timedelta(days=1)
@@ -157,7 +156,7 @@ class DatabaseCollector(Collector):
         try:
             report = check.gather(self._database, window=timedelta(0))
             successes = queries.last_successes(self._database)
-            jobs = [row.name for row in all_jobs(self._database)]
+            jobs = queries.job_names(self._database)
             missed = queries.count_by_job(
                 self._database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
             )
