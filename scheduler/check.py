@@ -12,6 +12,8 @@ inputs.
   the window, except a failed run still waiting for a retry.
 - **stuck**: items claimed by an attempt that ended without finishing them (one
   finding per job): someone must check their effect by hand.
+
+Retired jobs (no node runs them any more, see `scheduler.retirement`) are not checked.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from scheduler import retirement
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import UserError
@@ -99,6 +102,10 @@ class Report:
     paused: int
     nodes_alive: int
     findings: tuple[Finding, ...]
+    # Registered jobs left out because no node runs them any more (scheduler.retirement).
+    retired: int = 0
+    # The jobs checked: registered, not retired.
+    watched: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -215,7 +222,9 @@ def gather(
     unknown = sorted(set(names) - {row.name for row in rows})
     if unknown:
         raise UserError(f"--job: no job named {unknown[0]!r} has been registered")
-    jobs = [WatchedJob.from_row(row) for row in rows if not names or row.name in names]
+    chosen = [row for row in rows if not names or row.name in names]
+    retired = retirement.retired_among(database, chosen, lambda node: alive(node, now), now)
+    jobs = [WatchedJob.from_row(row) for row in chosen if row.name not in retired]
     expected = {
         job.name: period for job in jobs if (period := expected_period(job, now)) is not None
     }
@@ -233,6 +242,8 @@ def gather(
         window=window,
         jobs=len(jobs),
         paused=sum(job.paused for job in jobs),
+        retired=len(retired),
+        watched=tuple(job.name for job in jobs),
         nodes_alive=sum(
             alive(node, now)
             for node in queries.list_nodes(database, seen_since=now - NODE_SILENT_AFTER)

@@ -16,10 +16,11 @@ from typing import Any
 import click
 
 from scheduler import check as checking
-from scheduler import views
+from scheduler import retirement, views
 from scheduler.admin import Admin
 from scheduler.cli import Command, database_option, main
 from scheduler.durations import format_duration
+from scheduler.shares import ONE_SHOT
 from scheduler.states import RunStatus
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
@@ -58,7 +59,11 @@ def list_jobs(database_url: str, as_json: bool) -> None:
     """List the jobs the nodes registered: schedule, next period, last run, paused."""
     with reading(database_url) as database:
         now = queries.clock(database)
-        records = views.job_records(all_jobs(database), queries.latest_runs(database), now)
+        rows = all_jobs(database)
+        retired = retirement.retired_among(
+            database, rows, lambda node: checking.alive(node, now), now
+        )
+        records = views.job_records(rows, queries.latest_runs(database), now, retired)
     if not records and not as_json:
         click.echo("no jobs registered yet: a node registers its jobs when `scheduler run` starts")
         return
@@ -116,16 +121,21 @@ def show_run(target: str, period: str | None, database_url: str, as_json: bool) 
 @database_option
 @json_option
 @click.option(
-    "--all", "show_all", is_flag=True, help="Also nodes not heard from for more than a day."
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also one-shot commands (run-once, trigger, rerun, backfill) and nodes not heard "
+    "from for more than a day.",
 )
 def list_nodes(database_url: str, as_json: bool, show_all: bool) -> None:
-    """List the nodes: alive, stopped or lost, with their last heartbeat and version."""
+    """List the daemon nodes: alive, stopped or lost, with their last heartbeat and version."""
     with reading(database_url) as database:
         now = queries.clock(database)
         seen_since = None if show_all else now - NODES_SEEN_WITHIN
         records = [
             views.node_record(node, now)
             for node in queries.list_nodes(database, seen_since=seen_since)
+            if show_all or node.jobs_digest != ONE_SHOT
         ]
     emit(as_json, records, views.nodes_table)
 

@@ -156,7 +156,6 @@ class DatabaseCollector(Collector):
         try:
             report = check.gather(self._database, window=timedelta(0))
             successes = queries.last_successes(self._database)
-            jobs = queries.job_names(self._database)
             missed = queries.count_by_job(
                 self._database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
             )
@@ -190,20 +189,20 @@ class DatabaseCollector(Collector):
             _per_job(
                 "scheduler_missed_periods",
                 "Periods recorded missed (older than the job's catch-up window) in the last day.",
-                jobs,
+                report.watched,
                 missed,
             ),
             _per_job(
                 "scheduler_stuck_items",
                 "Items claimed by an attempt that ended without finishing them "
                 "(`scheduler items --stuck`).",
-                jobs,
+                report.watched,
                 stuck,
             ),
             _per_job(
                 "scheduler_runs_in_progress",
                 "Runs claimed or running now, on any node.",
-                jobs,
+                report.watched,
                 running,
             ),
         ]
@@ -212,9 +211,9 @@ class DatabaseCollector(Collector):
 def _per_job(
     name: str, documentation: str, jobs: Iterable[str], counts: Mapping[str, int]
 ) -> GaugeMetricFamily:
-    """One gauge per registered job, 0 for a job with nothing counted."""
+    """One gauge per watched job (registered, not retired), 0 for one with nothing counted."""
     family = GaugeMetricFamily(name, documentation, labels=["job"])
-    for job in sorted({*jobs, *counts}):
+    for job in sorted(jobs):
         family.add_metric([job], counts.get(job, 0))
     return family
 

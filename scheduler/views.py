@@ -6,7 +6,7 @@ records, so the two outputs cannot disagree. Times are UTC, ISO-8601.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +14,7 @@ from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
+from scheduler.shares import ONE_SHOT
 from scheduler.states import Origin
 from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
@@ -94,7 +95,7 @@ def status_text(status: str, reason: str | None) -> str:
 # -- scheduler jobs ---------------------------------------------------------------
 
 
-def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
+def job_record(job: JobRow, last: RunRow | None, now: datetime, *, retired: bool = False) -> Record:
     try:
         upcoming = parse_schedule(job.cron, job.timezone).next_after(now)
     except ScheduleError:
@@ -104,6 +105,7 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
         "cron": job.cron,
         "timezone": job.timezone,
         "paused": job.paused,
+        "retired": retired,
         "paused_at": iso(job.paused_at),
         "next_period": iso(upcoming),
         "first_seen": iso(job.first_seen),
@@ -125,9 +127,19 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
 
 
 def job_records(
-    jobs: Sequence[JobRow], latest: Mapping[str, RunRow], now: datetime
+    jobs: Sequence[JobRow],
+    latest: Mapping[str, RunRow],
+    now: datetime,
+    retired: Collection[str] = (),
 ) -> list[Record]:
-    return [job_record(job, latest.get(job.name), now) for job in jobs]
+    return [job_record(job, latest.get(job.name), now, retired=job.name in retired) for job in jobs]
+
+
+def job_state(record: Record) -> str:
+    """retired: no node runs it any more; paused; or active."""
+    if record["retired"]:
+        return "retired"
+    return "paused" if record["paused"] else "active"
 
 
 def jobs_table(records: Sequence[Record]) -> str:
@@ -142,10 +154,10 @@ def jobs_table(records: Sequence[Record]) -> str:
                 short_time(record["next_period"]) if record["next_period"] else "never",
                 period_text(last.get("period")),
                 status_text(last["status"], last["reason"]) if last else "-",
-                "yes" if record["paused"] else "no",
+                job_state(record),
             ]
         )
-    headers = ["JOB", "SCHEDULE", "ZONE", "NEXT PERIOD", "LAST PERIOD", "LAST STATUS", "PAUSED"]
+    headers = ["JOB", "SCHEDULE", "ZONE", "NEXT PERIOD", "LAST PERIOD", "LAST STATUS", "STATE"]
     return table(headers, rows)
 
 
@@ -305,6 +317,7 @@ def node_record(node: NodeRow, now: datetime) -> Record:
         "host": node.host,
         "pid": node.pid,
         "version": node.version,
+        "kind": "one-shot" if node.jobs_digest == ONE_SHOT else "daemon",
         "state": node_state(node, now),
         "started_at": iso(node.started_at),
         "heartbeat_at": iso(node.heartbeat_at),
@@ -320,13 +333,14 @@ def nodes_table(records: Sequence[Record]) -> str:
             record["host"],
             str(record["pid"]),
             record["version"],
+            record["kind"],
             record["state"],
             short_time(record["started_at"]),
             f"{short_time(record['heartbeat_at'])} ({record['heartbeat_age_s']:.0f}s ago)",
         ]
         for record in records
     ]
-    headers = ["NODE", "HOST", "PID", "VERSION", "STATE", "STARTED", "LAST HEARTBEAT"]
+    headers = ["NODE", "HOST", "PID", "VERSION", "KIND", "STATE", "STARTED", "LAST HEARTBEAT"]
     return table(headers, rows)
 
 
@@ -340,6 +354,7 @@ def check_record(report: Report) -> Record:
         "window_s": report.window.total_seconds(),
         "jobs": report.jobs,
         "paused": report.paused,
+        "retired": report.retired,
         "nodes_alive": report.nodes_alive,
         "findings": [
             {
@@ -363,8 +378,11 @@ def check_text(record: Record, window: str) -> str:
         for finding in record["findings"]
     ]
     jobs = f"{record['jobs']} job{'' if record['jobs'] == 1 else 's'}"
-    if record["paused"]:
-        jobs += f" ({record['paused']} paused)"
+    notes = [f"{record['paused']} paused"] if record["paused"] else []
+    if record["retired"]:
+        notes.append(f"{record['retired']} retired not checked")
+    if notes:
+        jobs += f" ({', '.join(notes)})"
     if record["findings"]:
         lines.append(f"{len(record['findings'])} problem(s) in {jobs}, window {window}")
     else:

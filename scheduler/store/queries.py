@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, Row, and_, func, select, tuple_
 
 from scheduler.errors import UserError
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, jobs, nodes, runs
+from scheduler.store.schema import attempts, nodes, runs
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ class NodeRow:
     started_at: datetime
     heartbeat_at: datetime
     stopped_at: datetime | None
+    # "one-shot" for run-once, trigger, rerun and backfill (see scheduler/shares.py).
+    jobs_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,12 +224,6 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
         return [_run(row) for row in connection.execute(statement)]
 
 
-def job_names(database: Database) -> list[str]:
-    """Every registered job's name, in order."""
-    with database.transaction() as connection:
-        return list(connection.execute(select(jobs.c.name).order_by(jobs.c.name)).scalars())
-
-
 def count_by_job(
     database: Database, statuses: Collection[str], *, recorded_since: datetime | None = None
 ) -> dict[str, int]:
@@ -245,10 +241,22 @@ def count_by_job(
         return {row.job: int(row.runs) for row in connection.execute(statement)}
 
 
-def list_nodes(database: Database, *, seen_since: datetime | None = None) -> list[NodeRow]:
-    """Nodes, newest start first; with `seen_since`, only those heard from since then."""
+def list_nodes(
+    database: Database,
+    *,
+    seen_since: datetime | None = None,
+    started_since: datetime | None = None,
+    kind: str | None = None,
+) -> list[NodeRow]:
+    """Nodes, newest start first; with `seen_since`, only those heard from since then,
+    with `started_since` only those started since, with `kind` only those of that
+    jobs digest (`one-shot`)."""
     statement = select(*_NODE_COLUMNS).order_by(nodes.c.started_at.desc(), nodes.c.id)
     if seen_since is not None:
         statement = statement.where(nodes.c.heartbeat_at >= seen_since)
+    if started_since is not None:
+        statement = statement.where(nodes.c.started_at >= started_since)
+    if kind is not None:
+        statement = statement.where(nodes.c.jobs_digest == kind)
     with database.transaction() as connection:
         return [NodeRow(**row._mapping) for row in connection.execute(statement)]

@@ -26,6 +26,7 @@ def add_job(
     alert_after: float = 60,
     retries: int = 0,
     timezone: str = "UTC",
+    last_seen: datetime | None = None,
 ) -> None:
     with database.transaction() as connection:
         connection.execute(
@@ -34,7 +35,7 @@ def add_job(
                 cron=cron,
                 timezone=timezone,
                 first_seen=first_seen,
-                last_seen=first_seen,
+                last_seen=last_seen or first_seen,
                 paused=paused,
                 paused_at=now() if paused else None,
                 lease_seconds=30,
@@ -113,7 +114,13 @@ def add_attempt(
 
 
 def add_node(
-    database: Database, node_id: str, *, heartbeat_at: datetime, stopped_at: datetime | None = None
+    database: Database,
+    node_id: str,
+    *,
+    heartbeat_at: datetime,
+    stopped_at: datetime | None = None,
+    started_at: datetime | None = None,
+    digest: str | None = None,
 ) -> None:
     with database.transaction() as connection:
         connection.execute(
@@ -123,9 +130,10 @@ def add_node(
                 host="host-1",
                 pid=42,
                 version="0.1.0",
-                started_at=heartbeat_at - timedelta(minutes=5),
+                started_at=started_at or heartbeat_at - timedelta(minutes=5),
                 heartbeat_at=heartbeat_at,
                 stopped_at=stopped_at,
+                jobs_digest=digest,
             )
         )
 
