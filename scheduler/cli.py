@@ -9,10 +9,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from scheduler import catalog, logs, metrics
 from scheduler import http as operations_http
@@ -30,7 +32,7 @@ from scheduler.config import (
 )
 from scheduler.daemon import Daemon, DaemonSettings
 from scheduler.errors import SchemaOutdatedError, UserError
-from scheduler.registry import Job, load_jobs
+from scheduler.registry import Job, importable, load_jobs
 from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
@@ -155,13 +157,29 @@ def node_options(command: Command) -> Command:
     )(command)
 
 
+def load_job_modules(jobs_modules: str) -> dict[str, Job]:
+    """The jobs of `--jobs`. Left at its default (`jobs`, the examples of a source
+    checkout) where no `jobs` package is, it asks for the user's own modules: the
+    image ships none on its import path, so production never runs the demo by accident."""
+    context = click.get_current_context(silent=True)
+    source = context.get_parameter_source("jobs_modules") if context else None
+    if source is ParameterSource.DEFAULT and not importable(DEFAULT_JOBS):
+        raise UserError(
+            f"--jobs: name your job modules with --jobs or SCHEDULER_JOBS (e.g. myapp.jobs or "
+            f"./tasks.py); there is no {DEFAULT_JOBS!r} package in {Path.cwd()} to default to"
+        )
+    return load_jobs(parse_jobs_option(jobs_modules))
+
+
 def prepare(
     database_url: str, jobs_modules: str, log_format: str, log_level: str, *, migrate_first: bool
 ) -> tuple[Database, dict[str, Job]]:
     """Everything that may refuse bad input, before anything is written."""
     logs.configure(logs.LogFormat(log_format), log_level)
-    jobs = load_jobs(parse_jobs_option(jobs_modules))
+    jobs = load_job_modules(jobs_modules)
     database = open_database(database_url, must_exist=not migrate_first)
+    # Job code sees the database this command uses, flag or variable (jobs/app.py reads it).
+    os.environ["SCHEDULER_DATABASE_URL"] = database_url
     if migrate_first:
         migrations.upgrade(database)
     migrations.require_current_schema(database)

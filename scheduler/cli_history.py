@@ -22,16 +22,17 @@ from scheduler.cli import (
     database_option,
     install_signal_handlers,
     jobs_option,
+    load_job_modules,
     logging_options,
     main,
     node_options,
     prepare,
 )
-from scheduler.config import node_identity, parse_jobs_option, parse_option_duration, parse_period
+from scheduler.config import node_identity, parse_option_duration, parse_period
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError, UserError
 from scheduler.oneshot import Foreground
-from scheduler.registry import Job, load_jobs
+from scheduler.registry import Job
 
 SUCCESS, FAILURE = 0, 1
 
@@ -249,7 +250,7 @@ def _planned_schedule(
             raise UserError("--timezone: only with --cron (a job has its own time zone)")
         if job_name is None:
             raise UserError("plan: name a JOB, or try an expression with --cron '*/5 * * * *'")
-        return _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name).schedule
+        return _pick(load_job_modules(jobs_modules), job_name).schedule
     if job_name is not None:
         raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
     try:

@@ -7,6 +7,7 @@ import of its module with a message naming the job and the field.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
@@ -151,6 +152,13 @@ def load_jobs(entries: Sequence[str]) -> dict[str, Job]:
                 )
             found[candidate.name] = candidate
     return found
+
+
+def importable(module_name: str) -> bool:
+    """Whether a top-level module or package of that name can be found (not imported)."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    return importlib.util.find_spec(module_name) is not None
 
 
 def looks_like_path(entry: str) -> bool:

@@ -28,13 +28,14 @@ from scheduler.config import DISTRIBUTION
 from scheduler.registry import load_jobs
 from scheduler.states import RunStatus
 from tests import dockerfile
-from tests.acceptance.records import run_rows
+from tests.acceptance.records import run_rows, table_counts
 
 pytestmark = pytest.mark.slow
 
 ROOT = dockerfile.ROOT
 OWNED = re.compile(r"(?<![\w.\-])(/opt|/src|/app|/var/lib/scheduler)(?=[/\s\"':;]|$)")
 BUILD_TIMEOUT_S = 600
+EXAMPLES = "/opt/scheduler-examples/jobs"
 
 
 @dataclass
@@ -81,6 +82,11 @@ class Image:
     @property
     def database_url(self) -> str:
         return self.env["SCHEDULER_DATABASE_URL"]
+
+    @property
+    def examples(self) -> str:
+        """The example jobs, where the image keeps them off its import path."""
+        return self.map(EXAMPLES)
 
 
 def _clean_environment(root: Path) -> dict[str, str]:
@@ -197,7 +203,7 @@ def running(image: Image, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[byt
     assert migrated.returncode == 0, migrated.stderr
     address = f"127.0.0.1:{_free_port()}"
     log = tmp_path / "run.log"
-    process = image.start(log, SCHEDULER_HTTP=address)
+    process = image.start(log, SCHEDULER_HTTP=address, SCHEDULER_JOBS=image.examples)
     try:
         _wait_for(log, process, "node_started")
         yield process, log, address
@@ -236,7 +242,18 @@ def test_the_package_comes_from_the_wheel_not_the_source(image: Image) -> None:
     assert (Path(package).parent / "_migrations" / "env.py").is_file()
 
 
-def test_docker_run_migrates_and_runs_the_baked_in_jobs(
+def test_docker_run_runs_no_jobs_until_told_which(image: Image) -> None:
+    assert image.run(["migrate"]).returncode == 0
+    before = table_counts(image.database_url)
+    refused = image.run(["run"])
+    assert refused.returncode == 2, refused.stderr + refused.stdout
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("error: --jobs: name your job modules with --jobs or SCHEDULER_JOBS")
+    assert image.run(["run-once", "heartbeat"]).returncode == 2
+    assert table_counts(image.database_url) == before, "nothing written"
+
+
+def test_docker_run_migrates_and_runs_the_example_jobs_when_asked(
     image: Image, running: tuple[subprocess.Popen[bytes], Path, str]
 ) -> None:
     process, log, _ = running
@@ -245,7 +262,7 @@ def test_docker_run_migrates_and_runs_the_baked_in_jobs(
     assert process.wait(timeout=60) == 0, log.read_text()
     events = _events(log)  # every line is JSON: SCHEDULER_LOG_FORMAT=json in the image
     registered = {item["job"] for item in events if item["event"] == "job_registered"}
-    assert registered == set(load_jobs(["jobs"])), "every example job in jobs/ is baked in"
+    assert registered == set(load_jobs(["jobs"])), "every example job in jobs/ is in the image"
     assert events[-1]["event"] == "node_stopped"
     assert image.database_url.startswith(f"sqlite:///{image.root}/var/lib/scheduler/")
 
@@ -265,9 +282,9 @@ def test_the_healthcheck_passes_while_the_daemon_runs(
     assert after.returncode != 0, "the health check passed with no daemon running"
 
 
-def test_run_once_runs_a_baked_in_job(image: Image) -> None:
+def test_run_once_runs_an_example_job_when_asked(image: Image) -> None:
     assert image.run(["migrate"]).returncode == 0
-    done = image.run(["run-once", "heartbeat"])
+    done = image.run(["run-once", "heartbeat"], SCHEDULER_JOBS=image.examples)
     assert done.returncode == 0, done.stderr + done.stdout
     rows = run_rows(image.database_url, "heartbeat")
     assert [row["status"] for row in rows][-1:] == [RunStatus.SUCCEEDED]
