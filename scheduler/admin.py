@@ -10,9 +10,9 @@ with Admin("postgresql://app@db/app") as admin:
     report = admin.check()
 ```
 
-The CLI's `pause`, `resume`, `trigger`, `rerun`, `backfill`, `runs`, `runs show`,
-`check` and `items --stuck` call these same methods, so a mistake raises the
-`UserError` whose one-line message the CLI prints. Inputs may be given as the CLI
+The CLI's `pause`, `resume`, `trigger`, `rerun`, `backfill`, `runs`, `runs show` and
+`check` call these same methods, so a mistake raises the `UserError` whose one-line
+message the CLI prints. Inputs may be given as the CLI
 takes them (`"2026-11-30T03:00:00Z"`, `"1d"`) or as `datetime` and `timedelta`.
 """
 
