@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import platform
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Protocol
@@ -154,56 +155,74 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         try:
-            report = check.gather(self._database, window=timedelta(0))
-            successes = queries.last_successes(self._database)
-            missed = queries.count_by_job(
-                self._database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
-            )
-            running = queries.count_by_job(self._database, ACTIVE_STATUSES)
-            stuck = collections.Counter(
-                row.job
-                for row in ledger.list_items(
-                    self._database, None, stuck_only=True, limit=check.STUCK_LIMIT
-                )
-            )
+            readings = Readings.read(self._database)
         except (SQLAlchemyError, UserError) as error:
             self._log.warning("metrics_unavailable", error=first_line(error))
             return []
+        return readings.families()
+
+
+@dataclass(frozen=True)
+class Readings:
+    """One scrape's answers from the database."""
+
+    report: check.Report
+    successes: Mapping[str, queries.Success]
+    missed: Mapping[str, int]
+    stuck: Mapping[str, int]
+    running: Mapping[str, int]
+
+    @classmethod
+    def read(cls, database: Database) -> Readings:
+        report = check.gather(database, window=timedelta(0))
+        stuck_items = ledger.list_items(database, None, stuck_only=True, limit=check.STUCK_LIMIT)
+        return cls(
+            report=report,
+            successes=queries.last_successes(database),
+            missed=queries.count_by_job(
+                database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
+            ),
+            stuck=collections.Counter(row.job for row in stuck_items),
+            running=queries.count_by_job(database, ACTIVE_STATUSES),
+        )
+
+    def families(self) -> list[Metric]:
         overdue = GaugeMetricFamily(
             "scheduler_overdue_jobs",
             "Jobs whose latest expected period has not succeeded within its grace "
             "(as `scheduler check` counts them).",
-            value=report.overdue_jobs,
+            value=self.report.overdue_jobs,
         )
         last = GaugeMetricFamily(
             "scheduler_last_success_timestamp_seconds",
             "When a run of the job last finished successfully, on any node (Unix time).",
             labels=["job"],
         )
-        for job, success in sorted(successes.items()):
+        for job, success in sorted(self.successes.items()):
             if success.finished_at is not None:
                 last.add_metric([job], success.finished_at.timestamp())
+        watched = self.report.watched
         return [
             overdue,
             last,
             _per_job(
                 "scheduler_missed_periods",
                 "Periods recorded missed (older than the job's catch-up window) in the last day.",
-                report.watched,
-                missed,
+                watched,
+                self.missed,
             ),
             _per_job(
                 "scheduler_stuck_items",
                 "Items claimed by an attempt that ended without finishing them "
                 "(`scheduler items --stuck`).",
-                report.watched,
-                stuck,
+                watched,
+                self.stuck,
             ),
             _per_job(
                 "scheduler_runs_in_progress",
                 "Runs claimed or running now, on any node.",
-                report.watched,
-                running,
+                watched,
+                self.running,
             ),
         ]
 

@@ -244,3 +244,19 @@ def test_the_apps_tables_are_not_the_schedulers_to_compare(app: Path, url: str) 
         command.check(migrate.alembic_config(database))  # app_orders is not a diff
     finally:
         database.dispose()
+
+
+def test_a_revision_newer_than_this_scheduler_is_one_line(app: Path, url: str) -> None:
+    assert scheduler(app, url, "migrate").returncode == 0
+    database = open_database(url)
+    try:
+        with database.transaction() as connection:
+            connection.execute(text("UPDATE scheduler_alembic_version SET version_num = '9999'"))
+    finally:
+        database.dispose()
+    for args in (["migrate", "--check"], ["migrate", "--sql"], ["jobs"]):
+        refused = scheduler(app, url, *args)
+        assert refused.returncode == 2, args
+        (line,) = refused.stderr.splitlines()
+        assert "revision 9999 is newer than this scheduler knows" in line, line
+        assert line.startswith("error: ")
