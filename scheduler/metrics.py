@@ -20,7 +20,7 @@ import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import structlog
@@ -95,7 +95,11 @@ LEASES_LOST = Counter(
 
 
 def describe_build() -> None:
-    BUILD.info({"version": version(DISTRIBUTION), "python": platform.python_version()})
+    try:
+        installed = version(DISTRIBUTION)
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        installed = "unknown"
+    BUILD.info({"version": installed, "python": platform.python_version()})
 
 
 describe_build()
