@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
 # The scheduler daemon as an image. Build: docker build -t scheduler:0.1.0 .
 # Run:  docker run -e SCHEDULER_DATABASE_URL=postgresql://user:password@host/db scheduler:0.1.0
-# Job modules are imported from /app: the example jobs are baked in at /app/jobs;
-# mount your own package there (or at /app/<package> with SCHEDULER_JOBS=<package>).
+# Job modules are imported from /app: mount or copy your package there and name it with
+# SCHEDULER_JOBS=<package> (the image runs no jobs until you do: it exits 2 and says so).
+# The example jobs are at /opt/scheduler-examples/jobs, off the import path; run them
+# only on purpose, with SCHEDULER_JOBS=/opt/scheduler-examples/jobs (compose.yaml does).
 # No secrets are baked in: pass the database URL at run time.
 
 # ---- build: the pinned dependencies and the project's wheel in a virtual environment
@@ -20,7 +22,7 @@ COPY pyproject.toml README.md ./
 COPY scheduler/ scheduler/
 COPY migrations/ migrations/
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /src/dist . \
-    && /opt/scheduler/bin/pip install --no-deps --no-index /src/dist/scheduler-*.whl \
+    && /opt/scheduler/bin/pip install --no-deps --no-index /src/dist/cronclaim-*.whl \
     && /opt/scheduler/bin/pip check
 
 # ---- runtime: the virtual environment, the job modules, a non-root user
@@ -34,14 +36,13 @@ RUN groupadd --system --gid 10001 scheduler \
     && install --directory --owner=scheduler --group=scheduler --mode=0750 /var/lib/scheduler
 COPY --from=build /opt/scheduler /opt/scheduler
 WORKDIR /app
-COPY jobs/ /app/jobs/
+COPY jobs/ /opt/scheduler-examples/jobs/
 # SQLite in /var/lib/scheduler is the fallback for a single container; replicas
 # share PostgreSQL through SCHEDULER_DATABASE_URL given at run time.
 ENV PATH="/opt/scheduler/bin:${PATH}" \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONPATH=/app \
-    SCHEDULER_JOBS=jobs \
     SCHEDULER_DATABASE_URL=sqlite:////var/lib/scheduler/scheduler.db \
     SCHEDULER_LOG_FORMAT=json \
     SCHEDULER_HTTP=0.0.0.0:9464

@@ -41,9 +41,11 @@ sessions = Table(
 
 @cache
 def engine() -> Engine:
-    """Your application's engine; here, on the database the scheduler uses."""
+    """Your application's engine; here, on the database the scheduler uses: the scheduler
+    sets SCHEDULER_DATABASE_URL to it for its job code, given as a flag or a variable."""
     url = os.environ.get("SCHEDULER_DATABASE_URL", "sqlite:///scheduler.db")
-    url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+    for scheme in ("postgresql://", "postgres://"):
+        url = url.replace(scheme, "postgresql+psycopg://", 1) if url.startswith(scheme) else url
     created = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
     metadata.create_all(created)  # idempotent: creates only the tables that are missing
     return created

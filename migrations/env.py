@@ -1,13 +1,25 @@
-"""Alembic environment: the engine comes from `scheduler migrate`, or from -x url=… ."""
+"""Alembic environment: the engine comes from `scheduler migrate`, or from -x url=… .
+
+The revision is kept in `scheduler_alembic_version`, not Alembic's default
+`alembic_version`, which belongs to the application when it uses Alembic too; and
+only `scheduler_*` tables are compared with the metadata, so an application's tables
+in the same database are not taken for tables to drop.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from alembic import context
 from sqlalchemy import Engine, create_engine
 
-from scheduler.store.schema import metadata
+from scheduler.store.schema import VERSION_TABLE, metadata
 
 config = context.config
+
+
+def _ours(name: str | None, type_: str, _parent: Any) -> bool:
+    return type_ != "table" or bool(name and name.startswith("scheduler_"))
 
 
 def _engine() -> Engine:
@@ -24,6 +36,21 @@ def _engine() -> Engine:
     return create_engine(url)
 
 
+def run_migrations_offline() -> None:
+    """`scheduler migrate --sql`: the script for the dialect given, no connection."""
+    dialect = config.attributes.get("offline_dialect") or _engine().dialect.name
+    context.configure(
+        dialect_name=dialect,
+        target_metadata=metadata,
+        literal_binds=True,
+        version_table=VERSION_TABLE,
+        include_name=_ours,
+        render_as_batch=dialect == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
 def run_migrations_online() -> None:
     engine = _engine()
     with engine.connect() as connection:
@@ -32,6 +59,8 @@ def run_migrations_online() -> None:
             target_metadata=metadata,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
+            version_table=VERSION_TABLE,
+            include_name=_ours,
         )
         with context.begin_transaction():
             context.run_migrations()
@@ -39,5 +68,6 @@ def run_migrations_online() -> None:
 
 
 if context.is_offline_mode():
-    raise SystemExit("offline (SQL script) migrations are not supported")
-run_migrations_online()
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -11,6 +11,10 @@ inputs.
 - **failed / timed_out / missed / abandoned**: a run recorded in one of these statuses
   within the window, except one still waiting for a retry (an abandoned run always
   gets one unless it was given up: its node died too often, or it was taken too late).
+- **stuck**: items claimed by an attempt that ended without finishing them (one
+  finding per job): someone must check their effect by hand.
+
+Retired jobs (no node runs them any more, see `scheduler.retirement`) are not checked.
 """
 
 from __future__ import annotations
@@ -20,18 +24,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from scheduler import retirement
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import UserError
 from scheduler.states import Reason, RunStatus
+from scheduler.store import items as ledger
 from scheduler.store import queries
 from scheduler.store.database import Database
+from scheduler.store.items import ItemRow
 from scheduler.store.jobs import JobRow, all_jobs
 from scheduler.store.queries import NodeRow, RunRow, Success
 
 DEFAULT_WINDOW = timedelta(days=1)
 # A node that has not beaten for three default heartbeats (10 s each) is not alive.
 NODE_SILENT_AFTER = timedelta(seconds=30)
+# Stuck items read per check; more are counted as "at least" this many.
+STUCK_LIMIT = 1000
+# Keys of stuck items named in a finding; `scheduler items JOB --stuck` lists them all.
+STUCK_KEYS_SHOWN = 3
 # Rows written before job policies were stored: one default lease TTL.
 FALLBACK_ALERT_AFTER = timedelta(seconds=30)
 
@@ -42,6 +53,7 @@ class Problem(StrEnum):
     TIMED_OUT = "timed_out"
     MISSED = "missed"
     ABANDONED = "abandoned"
+    STUCK = "stuck"
 
 
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
@@ -92,6 +104,10 @@ class Report:
     paused: int
     nodes_alive: int
     findings: tuple[Finding, ...]
+    # Registered jobs left out because no node runs them any more (scheduler.retirement).
+    retired: int = 0
+    # The jobs checked: registered, not retired.
+    watched: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -175,6 +191,25 @@ def assess(
     return findings
 
 
+def stuck(rows: Sequence[ItemRow], watched: Collection[str]) -> list[Finding]:
+    """One finding per watched job with stuck items, named by its newest one's period."""
+    by_job: dict[str, list[ItemRow]] = {}
+    for row in rows:
+        if row.job in watched:
+            by_job.setdefault(row.job, []).append(row)
+    findings = []
+    for job, found in sorted(by_job.items()):
+        keys = ", ".join(repr(row.key) for row in found[:STUCK_KEYS_SHOWN])
+        more = " …" if len(found) > STUCK_KEYS_SHOWN else ""
+        count = f"{len(found)}+" if len(rows) >= STUCK_LIMIT else str(len(found))
+        detail = (
+            f"{count} item(s) claimed by an attempt that ended without finishing them: "
+            f"{keys}{more}; check each, then `scheduler items done|release {job} KEY`"
+        )
+        findings.append(Finding(Problem.STUCK, job, found[0].period, found[0].state, None, detail))
+    return findings
+
+
 def alive(node: NodeRow, now: datetime) -> bool:
     return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
 
@@ -191,7 +226,9 @@ def gather(
     unknown = sorted(set(names) - {row.name for row in rows})
     if unknown:
         raise UserError(f"--job: no job named {unknown[0]!r} has been registered")
-    jobs = [WatchedJob.from_row(row) for row in rows if not names or row.name in names]
+    chosen = [row for row in rows if not names or row.name in names]
+    retired = retirement.retired_among(database, chosen, lambda node: alive(node, now), now)
+    jobs = [WatchedJob.from_row(row) for row in chosen if row.name not in retired]
     expected = {
         job.name: period for job in jobs if (period := expected_period(job, now)) is not None
     }
@@ -202,11 +239,15 @@ def gather(
         queries.last_successes(database),
         queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
     )
+    stuck_items = ledger.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
+    findings += stuck(stuck_items, {job.name for job in jobs})
     return Report(
         checked_at=now,
         window=window,
         jobs=len(jobs),
         paused=sum(job.paused for job in jobs),
+        retired=len(retired),
+        watched=tuple(job.name for job in jobs),
         nodes_alive=sum(
             alive(node, now)
             for node in queries.list_nodes(database, seen_since=now - NODE_SILENT_AFTER)

@@ -8,13 +8,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from scheduler import catalog, logs
+from scheduler import catalog, logs, metrics
 from scheduler import http as operations_http
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
@@ -23,23 +25,27 @@ from scheduler.config import (
     DEFAULT_JOBS,
     DEFAULT_RECOVERY_INTERVAL,
     DEFAULT_WORKERS,
+    DISTRIBUTION,
     node_identity,
     parse_jobs_option,
     parse_option_duration,
 )
 from scheduler.daemon import Daemon, DaemonSettings
-from scheduler.errors import UserError
-from scheduler.registry import Job, load_jobs
+from scheduler.errors import SchemaOutdatedError, UserError
+from scheduler.registry import Job, importable, load_jobs
 from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
 
 USER_ERROR = 2
+# `migrate --check`: the schema needs `scheduler migrate`.
+BEHIND = 1
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 class Group(click.Group):
-    """Turns a UserError anywhere below into one line on stderr and exit status 2."""
+    """Turns a UserError anywhere below into one line on stderr and exit status 2, and
+    click's own usage errors (a missing argument, an unknown option) into the same shape."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -47,6 +53,40 @@ class Group(click.Group):
         except UserError as error:
             click.echo(f"error: {error}", err=True)
             ctx.exit(USER_ERROR)
+
+    def main(  # one signature for both of click's overloads
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()  # the bare command: its help, as click shows it
+            sys.exit(USER_ERROR)
+        except click.UsageError as error:
+            click.echo(f"error: {usage_line(error)}", err=True)
+            sys.exit(USER_ERROR)
+        except click.ClickException as error:
+            click.echo(f"error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def usage_line(error: click.UsageError) -> str:
+    """click's message on one line, with the command to ask for help."""
+    message = " ".join(error.format_message().split())
+    if error.ctx is None:
+        return message
+    return f"{error.ctx.command_path}: {message} (see `{error.ctx.command_path} --help`)"
 
 
 def database_option(command: Command) -> Command:
@@ -93,7 +133,7 @@ def logging_options(command: Command) -> Command:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="scheduler")
+@click.version_option(package_name=DISTRIBUTION, prog_name="scheduler")
 def main() -> None:
     """Run cron jobs once per period across any number of replicas."""
 
@@ -117,13 +157,29 @@ def node_options(command: Command) -> Command:
     )(command)
 
 
+def load_job_modules(jobs_modules: str) -> dict[str, Job]:
+    """The jobs of `--jobs`. Left at its default (`jobs`, the examples of a source
+    checkout) where no `jobs` package is, it asks for the user's own modules: the
+    image ships none on its import path, so production never runs the demo by accident."""
+    context = click.get_current_context(silent=True)
+    source = context.get_parameter_source("jobs_modules") if context else None
+    if source is ParameterSource.DEFAULT and not importable(DEFAULT_JOBS):
+        raise UserError(
+            f"--jobs: name your job modules with --jobs or SCHEDULER_JOBS (e.g. myapp.jobs or "
+            f"./tasks.py); there is no {DEFAULT_JOBS!r} package in {Path.cwd()} to default to"
+        )
+    return load_jobs(parse_jobs_option(jobs_modules))
+
+
 def prepare(
     database_url: str, jobs_modules: str, log_format: str, log_level: str, *, migrate_first: bool
 ) -> tuple[Database, dict[str, Job]]:
     """Everything that may refuse bad input, before anything is written."""
     logs.configure(logs.LogFormat(log_format), log_level)
-    jobs = load_jobs(parse_jobs_option(jobs_modules))
+    jobs = load_job_modules(jobs_modules)
     database = open_database(database_url, must_exist=not migrate_first)
+    # Job code sees the database this command uses, flag or variable (jobs/app.py reads it).
+    os.environ["SCHEDULER_DATABASE_URL"] = database_url
     if migrate_first:
         migrations.upgrade(database)
     migrations.require_current_schema(database)
@@ -177,6 +233,14 @@ def prepare(
     help="Serve /healthz, /readyz and /metrics on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
 )
 @click.option(
+    "--metrics-per-job/--no-metrics-per-job",
+    envvar="SCHEDULER_METRICS_PER_JOB",
+    default=False,
+    show_default=True,
+    show_envvar=True,
+    help="Label the duration and start-lag histograms of /metrics by job (34 series a job).",
+)
+@click.option(
     "--retention",
     envvar="SCHEDULER_RETENTION",
     default=None,
@@ -196,10 +260,12 @@ def run(
     catchup_interval: str,
     migrate_first: bool,
     http: str | None,
+    metrics_per_job: bool,
     retention: str | None,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
     server = operations_http.bind(http)  # a busy port is refused before anything is written
+    metrics.per_job_histograms(metrics_per_job)
     settings = DaemonSettings(
         workers=workers,
         grace=parse_option_duration("--grace", grace),
@@ -241,9 +307,44 @@ def install_signal_handlers(request_stop: Callable[[], None]) -> None:
 @main.command()
 @database_option
 @logging_options
-def migrate(database_url: str, log_format: str, log_level: str) -> None:
-    """Create or upgrade the scheduler's tables to this version's schema."""
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only say whether the schema is current: exit 0 if it is, 1 (one line) if behind.",
+)
+@click.option(
+    "--sql",
+    "as_sql",
+    is_flag=True,
+    help="Print the SQL script for this database's dialect instead of running it.",
+)
+def migrate(
+    database_url: str, log_format: str, log_level: str, check_only: bool, as_sql: bool
+) -> None:
+    """Create or upgrade the scheduler's tables to this version's schema.
+
+    The revision is kept in scheduler_alembic_version, apart from an application's
+    alembic_version; one an older scheduler wrote there is moved over.
+    """
     logs.configure(logs.LogFormat(log_format), log_level)
+    if check_only and as_sql:
+        raise UserError("migrate: give --check or --sql, not both")
+    if check_only or as_sql:
+        database, state = migrations.inspect_url(database_url)
+        try:
+            if as_sql:
+                click.echo(migrations.offline_sql(database, state), nl=False)
+                return
+            line = state.describe()
+            if line.startswith("unknown: "):
+                raise SchemaOutdatedError(line.removeprefix("unknown: "))
+            click.echo(line)
+            if not state.up_to_date:
+                sys.exit(BEHIND)
+        finally:
+            database.dispose()
+        return
     database = open_database(database_url, must_exist=False)
     before = migrations.current_revision(database)
     migrations.upgrade(database)

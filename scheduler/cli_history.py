@@ -16,23 +16,23 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from scheduler import logs, oneshot, repair
+from scheduler import logs, oneshot, views
+from scheduler.admin import Admin
 from scheduler.cli import (
     database_option,
     install_signal_handlers,
     jobs_option,
+    load_job_modules,
     logging_options,
     main,
     node_options,
     prepare,
 )
-from scheduler.config import node_identity, parse_jobs_option, parse_option_duration, parse_period
-from scheduler.errors import UserError
+from scheduler.config import node_identity, parse_option_duration, parse_period
+from scheduler.cron import Schedule, parse_schedule
+from scheduler.errors import ScheduleError, UserError
 from scheduler.oneshot import Foreground
-from scheduler.registry import Job, load_jobs
-from scheduler.store import jobs as job_rows
-from scheduler.store import migrate as migrations
-from scheduler.store.database import open_database
+from scheduler.registry import Job
 
 SUCCESS, FAILURE = 0, 1
 
@@ -80,11 +80,16 @@ def _pick(jobs: dict[str, Job], name: str) -> Job:
     return jobs[name]
 
 
-def _required_period(option: str, raw: str) -> datetime:
-    moment = parse_period(raw, option)
-    if moment is None:
-        raise UserError(f"{option}: give an ISO-8601 instant")
-    return moment
+def _operator(node: NodeArgs, job_name: str) -> tuple[Admin, Job, threading.Event]:
+    """Check everything the user gave; the job, and a stop event that SIGTERM sets."""
+    parse_option_duration("--grace", node.grace)
+    database, jobs = prepare(
+        node.database_url, node.jobs_modules, node.log_format, node.log_level, migrate_first=False
+    )
+    job = _pick(jobs, job_name)
+    stop = threading.Event()
+    install_signal_handlers(stop.set)
+    return Admin(database), job, stop
 
 
 def _leave(status: int) -> None:
@@ -126,24 +131,25 @@ def backfill(
     Periods that never ran (no row, skipped, missed) run; failed ones only with
     --include-failed. Exit 0 if every period run succeeded, 1 otherwise.
     """
-    first, last = _required_period("--from", start), _required_period("--to", end)
-    foreground = _foreground(node, job_name)
-    steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
-    if dry_run:
-        for step in steps:
-            status = step.status.value if step.status else "-"
-            click.echo(f"{step.period.isoformat()}  {status:<10}  {step.action.value}")
-        return
-    foreground.open()
-    try:
-        succeeded, failed = repair.run_backfill(foreground, steps)
-        interrupted = foreground.stopped
-    finally:
-        foreground.close()
-    foreground.log.info(
-        "backfill_finished", succeeded=succeeded, failed=failed, interrupted=interrupted
+    admin, job, stop = _operator(node, job_name)
+    done = admin.backfill(
+        job,
+        start,
+        end,
+        include_failed=include_failed,
+        dry_run=dry_run,
+        node_name=node.node_name,
+        grace=node.grace,
+        stop=stop,
     )
-    _leave(SUCCESS if failed == 0 and not interrupted else FAILURE)
+    if dry_run:
+        rows = [
+            [views.iso(step.period) or "", step.status.value if step.status else "-", step.action]
+            for step in done.steps
+        ]
+        click.echo(views.table(["PERIOD", "STATUS", "ACTION"], rows))
+        return
+    _leave(SUCCESS if done.failed == 0 and not done.interrupted else FAILURE)
 
 
 @main.command()
@@ -151,13 +157,9 @@ def backfill(
 @foreground_options
 def trigger(*, job_name: str, node: NodeArgs) -> None:
     """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure)."""
-    foreground = _foreground(node, job_name)
-    foreground.open()
-    try:
-        succeeded = foreground.run(repair.trigger(foreground))
-    finally:
-        foreground.close()
-    _leave(SUCCESS if succeeded else FAILURE)
+    admin, job, stop = _operator(node, job_name)
+    outcome = admin.trigger(job, node_name=node.node_name, grace=node.grace, stop=stop)
+    _leave(SUCCESS if outcome.succeeded else FAILURE)
 
 
 @main.command()
@@ -167,29 +169,19 @@ def trigger(*, job_name: str, node: NodeArgs) -> None:
 @foreground_options
 def rerun(*, job_name: str, period: str, force: bool, node: NodeArgs) -> None:
     """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force)."""
-    moment = _required_period("PERIOD", period)
-    foreground = _foreground(node, job_name)
-    target = repair.rerun_target(foreground, moment, force=force)
-    foreground.open()
-    try:
-        claim = repair.rerun(foreground, target)
-        if claim is None:
-            raise UserError(f"job {job_name!r}: PERIOD: {moment.isoformat()} changed meanwhile")
-        succeeded = foreground.run(claim)
-    finally:
-        foreground.close()
-    _leave(SUCCESS if succeeded else FAILURE)
+    admin, job, stop = _operator(node, job_name)
+    outcome = admin.rerun(
+        job, period, force=force, node_name=node.node_name, grace=node.grace, stop=stop
+    )
+    _leave(SUCCESS if outcome.succeeded else FAILURE)
 
 
 def _set_paused(job_name: str, database_url: str, *, paused: bool) -> None:
-    database = open_database(database_url)
-    migrations.require_current_schema(database)
-    if not job_rows.set_paused(database, job_name, paused=paused):
-        raise UserError(
-            f"job {job_name!r}: name: unknown to this database "
-            "(a node registers a job when it starts)"
-        )
-    database.dispose()
+    with Admin(database_url) as admin:
+        if paused:
+            admin.pause(job_name)
+        else:
+            admin.resume(job_name)
     click.echo(f"{job_name}: {'paused' if paused else 'resumed'}")
 
 
@@ -210,31 +202,68 @@ def resume(job_name: str, database_url: str) -> None:
 
 
 @main.command()
-@click.argument("job_name", metavar="JOB")
+@click.argument("job_name", metavar="[JOB]", required=False)
+@click.option(
+    "--cron",
+    default=None,
+    help="Try this cron expression instead of a job's; needs no job module, writes nothing.",
+)
+@click.option("--timezone", default=None, help="With --cron: the IANA time zone [default: UTC].")
 @click.option("--count", type=click.IntRange(1, 10_000), default=10, show_default=True)
 @click.option("--after", default=None, help="Start after this instant [default: now].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per period.")
 @jobs_option
-def plan(job_name: str, count: int, after: str | None, as_json: bool, jobs_modules: str) -> None:
-    """Print JOB's next periods in UTC and in its time zone, to check a cron expression."""
+def plan(
+    *,
+    job_name: str | None,
+    cron: str | None,
+    timezone: str | None,
+    count: int,
+    after: str | None,
+    as_json: bool,
+    jobs_modules: str,
+) -> None:
+    """Print JOB's next periods (or those of --cron) in UTC and in its time zone."""
     logs.configure(logs.LogFormat.CONSOLE, "warning")
-    job = _pick(load_jobs(parse_jobs_option(jobs_modules)), job_name)
+    schedule = _planned_schedule(job_name, cron, timezone, jobs_modules)
     moment = parse_period(after, "--after") or datetime.now(UTC)
-    zone = ZoneInfo(job.schedule.timezone)
-    for period in _upcoming(job, moment, count):
-        local = period.astimezone(zone)
-        if as_json:
-            record = {"utc": period.isoformat(), "local": local.isoformat(), "zone": zone.key}
+    zone = ZoneInfo(schedule.timezone)
+    upcoming = [(period, period.astimezone(zone)) for period in _upcoming(schedule, moment, count)]
+    if as_json:
+        for period, local in upcoming:
+            record = {"utc": views.iso(period), "local": local.isoformat(), "zone": zone.key}
             click.echo(json.dumps(record))
-        else:
-            click.echo(f"{period.isoformat()}  {local.isoformat()}  {local.strftime('%a %Z')}")
+        return
+    rows = [
+        [views.iso(period) or "", local.isoformat(), local.strftime("%a %Z")]
+        for period, local in upcoming
+    ]
+    click.echo(views.table(["PERIOD (UTC)", f"LOCAL ({zone.key})", "DAY"], rows))
 
 
-def _upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
+def _planned_schedule(
+    job_name: str | None, cron: str | None, timezone: str | None, jobs_modules: str
+) -> Schedule:
+    """The schedule to plan: a job's from --jobs, or the expression given with --cron."""
+    if cron is None:
+        if timezone is not None:
+            raise UserError("--timezone: only with --cron (a job has its own time zone)")
+        if job_name is None:
+            raise UserError("plan: name a JOB, or try an expression with --cron '*/5 * * * *'")
+        return _pick(load_job_modules(jobs_modules), job_name).schedule
+    if job_name is not None:
+        raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
+    try:
+        return parse_schedule(cron, timezone or "UTC")
+    except ScheduleError as error:
+        raise UserError(f"--{error.field}: {error.message}") from None
+
+
+def _upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     periods: list[datetime] = []
     moment: datetime | None = after
     while len(periods) < count and moment is not None:
-        moment = job.schedule.next_after(moment)
+        moment = schedule.next_after(moment)
         if moment is not None:
             periods.append(moment)
     return periods

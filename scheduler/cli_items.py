@@ -58,9 +58,10 @@ def items_table(records: list[dict[str, Any]]) -> str:
         return "no items"
     rows = [
         [
+            record["job"],
             record["key"],
             "stuck" if record["stuck"] else record["state"],
-            views.short_time(record["period"]),
+            views.period_text(record["period"]),
             str(record["attempt"]),
             record["node"] or "-",
             views.short_time(record["claimed_at"]),
@@ -68,7 +69,7 @@ def items_table(records: list[dict[str, Any]]) -> str:
         ]
         for record in records
     ]
-    headers = ["KEY", "STATE", "PERIOD", "ATTEMPT", "NODE", "CLAIMED", "DONE"]
+    headers = ["JOB", "KEY", "STATE", "PERIOD", "ATTEMPT", "NODE", "CLAIMED", "DONE"]
     return views.table(headers, rows)
 
 
@@ -94,7 +95,8 @@ def list_items(
     stuck: bool,
     limit: int,
 ) -> None:
-    """List the items of JOB, most recently claimed first.
+    """List the items of JOB (with --stuck and no JOB: every job's stuck items), most
+    recently claimed first.
 
     A stuck item was claimed but never done: the process died while handling it, so
     its effect may or may not have happened. Check it by hand, then `items done` or
@@ -102,8 +104,11 @@ def list_items(
     """
     if ctx.invoked_subcommand is not None:
         return
-    if job is None:
-        raise UserError("items: name the job, e.g. `scheduler items billing --stuck`")
+    if job is None and not stuck:
+        raise UserError(
+            "items: name the job (`scheduler items billing`), or list every job's stuck "
+            "items with `scheduler items --stuck`"
+        )
     with reading(database_url) as database:
         rows = ledger.list_items(database, job, stuck_only=stuck, limit=limit)
     emit(as_json, [item_record(row) for row in rows], items_table)

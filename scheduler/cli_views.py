@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import click
 
 from scheduler import check as checking
-from scheduler import views
+from scheduler import retirement, views
+from scheduler.admin import Admin
 from scheduler.cli import Command, database_option, main
-from scheduler.durations import format_duration, parse_duration
-from scheduler.errors import UserError
+from scheduler.durations import format_duration
+from scheduler.shares import ONE_SHOT
 from scheduler.states import RunStatus
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
@@ -51,28 +52,6 @@ def emit(as_json: bool, data: Any, render: Callable[[Any], str]) -> None:
     click.echo(json.dumps(data, indent=2) if as_json else render(data))
 
 
-def parse_since(raw: str | None, now: datetime) -> datetime | None:
-    """`--since` takes a UTC ISO-8601 instant or a duration back from now (`2h`, `1d`)."""
-    if raw is None:
-        return None
-    try:
-        return now - parse_duration(raw)
-    except ValueError:
-        pass
-    return parse_instant("--since", raw)
-
-
-def parse_instant(option: str, raw: str) -> datetime:
-    """An ISO-8601 instant; one without an offset is read as UTC."""
-    try:
-        moment = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise UserError(
-            f"{option}: cannot read {raw!r} as an ISO-8601 time (e.g. 2026-01-31T03:00:00Z)"
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 @main.command(name="jobs")
 @database_option
 @json_option
@@ -80,7 +59,11 @@ def list_jobs(database_url: str, as_json: bool) -> None:
     """List the jobs the nodes registered: schedule, next period, last run, paused."""
     with reading(database_url) as database:
         now = queries.clock(database)
-        records = views.job_records(all_jobs(database), queries.latest_runs(database), now)
+        rows = all_jobs(database)
+        retired = retirement.retired_among(
+            database, rows, lambda node: checking.alive(node, now), now
+        )
+        records = views.job_records(rows, queries.latest_runs(database), now, retired)
     if not records and not as_json:
         click.echo("no jobs registered yet: a node registers its jobs when `scheduler run` starts")
         return
@@ -116,47 +99,43 @@ def list_runs(
     """List runs, newest period first: status, attempt, node, duration, error."""
     if ctx.invoked_subcommand is not None:
         return
-    with reading(database_url) as database:
-        rows = queries.list_runs(
-            database,
-            jobs=job_names,
-            statuses=statuses,
-            since=parse_since(since, queries.clock(database)),
-            limit=limit,
-        )
+    with Admin(database_url) as admin:
+        rows = admin.runs(job=job_names, status=statuses, since=since, limit=limit)
     emit(as_json, [views.run_record(row) for row in rows], views.runs_table)
 
 
 @list_runs.command(name="show")
-@click.argument("job")
-@click.argument("period")
+@click.argument("target", metavar="RUN_ID | JOB")
+@click.argument("period", required=False)
 @database_option
 @json_option
-def show_run(job: str, period: str, database_url: str, as_json: bool) -> None:
-    """Show one run (JOB, PERIOD as UTC ISO-8601) with every attempt and its traceback."""
-    instant = parse_instant("PERIOD", period)
-    with reading(database_url) as database:
-        run = queries.run_at(database, job, instant)
-        if run is None:
-            raise UserError(f"no run of job {job!r} for period {views.iso(instant)}")
-        record = views.run_detail_record(run, queries.attempts_of(database, run.id))
-    emit(as_json, record, views.run_detail_text)
+def show_run(target: str, period: str | None, database_url: str, as_json: bool) -> None:
+    """Show one run with every attempt and its traceback: by RUN_ID (from any log line),
+    or by JOB and PERIOD as `scheduler runs` prints it (UTC ISO-8601)."""
+    with Admin(database_url) as admin:
+        detail = admin.run(target, period)
+    emit(as_json, views.run_detail_record(detail.run, detail.attempts), views.run_detail_text)
 
 
 @main.command(name="nodes")
 @database_option
 @json_option
 @click.option(
-    "--all", "show_all", is_flag=True, help="Also nodes not heard from for more than a day."
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also one-shot commands (run-once, trigger, rerun, backfill) and nodes not heard "
+    "from for more than a day.",
 )
 def list_nodes(database_url: str, as_json: bool, show_all: bool) -> None:
-    """List the nodes: alive, stopped or lost, with their last heartbeat and version."""
+    """List the daemon nodes: alive, stopped or lost, with their last heartbeat and version."""
     with reading(database_url) as database:
         now = queries.clock(database)
         seen_since = None if show_all else now - NODES_SEEN_WITHIN
         records = [
             views.node_record(node, now)
             for node in queries.list_nodes(database, seen_since=seen_since)
+            if show_all or node.jobs_digest != ONE_SHOT
         ]
     emit(as_json, records, views.nodes_table)
 
@@ -179,12 +158,8 @@ def check(
 
     Reads only the database, so it answers even when every node is down.
     """
-    try:
-        span = parse_duration(window)
-    except ValueError as error:
-        raise UserError(f"--window: {error}") from None
-    with reading(database_url) as database:
-        report = checking.gather(database, names=job_names, window=span)
+    with Admin(database_url) as admin:
+        report = admin.check(job=job_names, window=window)
     emit(as_json, views.check_record(report), lambda record: views.check_text(record, window))
     if not report.ok:
         ctx.exit(SOMETHING_WRONG)

@@ -13,6 +13,9 @@ from scheduler.durations import parse_duration
 from scheduler.errors import UserError
 from scheduler.store.nodes import NodeIdentity
 
+# The name on the package index: `scheduler` there is another project. The import name
+# and the command stay `scheduler`.
+DISTRIBUTION = "cronclaim"
 DEFAULT_DATABASE_URL = "sqlite:///scheduler.db"
 DEFAULT_JOBS = "jobs"
 DEFAULT_GRACE = "30s"
@@ -22,7 +25,7 @@ DEFAULT_CATCHUP_INTERVAL = "1m"
 
 
 def parse_jobs_option(raw: str) -> tuple[str, ...]:
-    """`--jobs` takes comma-separated module or package names."""
+    """`--jobs` takes comma-separated module or package names, or paths of files or folders."""
     modules = tuple(part.strip() for part in raw.split(",") if part.strip())
     if not modules:
         raise UserError("--jobs: name at least one module or package, e.g. --jobs jobs")
@@ -51,6 +54,18 @@ def parse_period(raw: str | None, option: str = "--period") -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def parse_instant(option: str, raw: str) -> datetime:
+    """An ISO-8601 instant of any precision (a manual run's period has microseconds);
+    one without an offset is read as UTC."""
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise UserError(
+            f"{option}: cannot read {raw!r} as an ISO-8601 time (e.g. 2026-01-31T03:00:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def node_identity(name: str | None) -> NodeIdentity:
     """A node id unique even when two containers share a hostname and pid 1."""
     host, pid = socket.gethostname(), os.getpid()
@@ -60,5 +75,5 @@ def node_identity(name: str | None) -> NodeIdentity:
         name=node_name,
         host=host,
         pid=pid,
-        version=version("scheduler"),
+        version=version(DISTRIBUTION),
     )

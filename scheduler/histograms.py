@@ -19,10 +19,17 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 INFINITY = float("inf")
+# The key of the one histogram that all jobs share when they are not told apart.
+ALL_JOBS = ""
 
 
 class JobHistogram(Collector):
-    """`observe(job, value)`; each job's series appear once it has an observation."""
+    """`observe(job, value)`; each job's series appear once it has an observation.
+
+    Per job only when `per_job` is set: a fleet of 10,000 jobs would otherwise serve
+    17 series per job and histogram (24 MB a scrape). By default every job's
+    observations fall into one histogram without a `job` label.
+    """
 
     def __init__(
         self,
@@ -30,7 +37,10 @@ class JobHistogram(Collector):
         documentation: str,
         buckets: Sequence[float],
         registry: CollectorRegistry,
+        *,
+        per_job: bool = False,
     ) -> None:
+        self.per_job = per_job
         self._name = name
         self._documentation = documentation
         self._bounds = (*sorted(float(bound) for bound in buckets), INFINITY)
@@ -42,6 +52,8 @@ class JobHistogram(Collector):
 
     def observe(self, job: str, value: float) -> None:
         index = bisect_left(self._bounds, value)  # the first bucket whose bound is >= value
+        if not self.per_job:
+            job = ALL_JOBS
         with self._lock:
             counts = self._counts.get(job)
             if counts is None:
@@ -50,20 +62,26 @@ class JobHistogram(Collector):
             counts[-1] += value
 
     def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(self._name, self._documentation, labels=["job"])]
+        return [HistogramMetricFamily(self._name, self._documentation, labels=self._label())]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             snapshot = {job: list(counts) for job, counts in self._counts.items()}
-        family = HistogramMetricFamily(self._name, self._documentation, labels=["job"])
+        labels = self._label()
+        family = HistogramMetricFamily(self._name, self._documentation, labels=labels)
         for job, counts in sorted(snapshot.items()):
+            if (job == ALL_JOBS) == bool(labels):
+                continue  # kept from before `per_job` changed: not what is served now
             cumulative = accumulate(counts[:-1])
             family.add_metric(
-                [job],
+                [job] if labels else [],
                 buckets=list(zip(self._labels, cumulative, strict=True)),
                 sum_value=counts[-1],
             )
         return [family]
+
+    def _label(self) -> list[str]:
+        return ["job"] if self.per_job else []
 
 
 def _go_float(bound: float) -> str:

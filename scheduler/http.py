@@ -7,6 +7,7 @@ last heartbeat; /metrics renders `scheduler.metrics.REGISTRY`.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import socket
@@ -30,6 +31,10 @@ from scheduler.store.database import Database, first_line
 
 # A heartbeat older than this many intervals makes the node unready.
 STALE_BEATS = 3
+# Bodies smaller than this go uncompressed: gzip would save nothing worth its time.
+GZIP_FROM_BYTES = 1024
+# Fast: a 10,000-job scrape compresses in a fraction of its render time.
+GZIP_LEVEL = 1
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
 
 
@@ -123,35 +128,66 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "scheduler"
 
     def do_GET(self) -> None:
+        self._answer(with_body=True)
+
+    def do_HEAD(self) -> None:
+        """What GET would answer, headers only (load balancers and uptime checks ask so)."""
+        self._answer(with_body=False)
+
+    def _answer(self, *, with_body: bool) -> None:
         path = urlsplit(self.path).path
         if path == "/healthz":
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8", with_body)
         elif path == "/readyz":
-            self._ready()
+            self._ready(with_body)
         elif path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(HTTPStatus.OK, encoder(metrics.REGISTRY), content_type)
+            self._send(HTTPStatus.OK, encoder(metrics.REGISTRY), content_type, with_body)
         else:
-            self._send(HTTPStatus.NOT_FOUND, b"try /healthz, /readyz or /metrics\n", "text/plain")
+            self._send(
+                HTTPStatus.NOT_FOUND,
+                b"try /healthz, /readyz or /metrics\n",
+                "text/plain",
+                with_body,
+            )
 
-    def _ready(self) -> None:
+    def _ready(self, with_body: bool) -> None:
         readiness = self.server.readiness
         verdicts = readiness.checks() if readiness else {"node": "starting"}
         ready = all(verdict == "ok" for verdict in verdicts.values())
         body = json.dumps({"ready": ready, "checks": verdicts}).encode() + b"\n"
         status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-        self._send(status, body, "application/json")
+        self._send(status, body, "application/json", with_body)
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str, with_body: bool) -> None:
+        """Gzip a large body when the client accepts it (a fleet's /metrics shrinks ~10x)."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if len(body) >= GZIP_FROM_BYTES and accepts_gzip(self.headers.get("Accept-Encoding")):
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(body)
+        if with_body:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         """Probes arrive every few seconds; their access lines would drown the job events."""
+
+
+def accepts_gzip(header: str | None) -> bool:
+    """`Accept-Encoding: gzip` (or `*`), unless given a zero weight (`gzip;q=0`)."""
+    for part in (header or "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            weight = params.strip().removeprefix("q=")
+            try:
+                return not params or float(weight) > 0
+            except ValueError:
+                return True
+    return False
 
 
 class OperationsServer:

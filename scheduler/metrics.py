@@ -1,19 +1,30 @@
 """Prometheus metrics: what this node did (counters, histograms) and what the database says
-(overdue jobs, last success), served on `/metrics` by `scheduler.http`.
+(overdue jobs, last success, missed periods, stuck items, runs in progress), served on
+`/metrics` by `scheduler.http`.
 
 The daemon calls the `record_*` functions at the moment something happens; they
 cost a dictionary look-up and are safe from any thread. The database-derived gauges
-are read at scrape time, so every node shows the whole cluster's view of them.
+are read at scrape time, so every node shows the whole cluster's view of them, with
+a zero for every registered job that has nothing to count (a series that appears only
+once something goes wrong cannot be alerted on with `rate` or `> 0` before it does).
+
+The series stay bounded at fleet size: a few per job. The two histograms have no `job`
+label unless `per_job_histograms(True)` (`scheduler run --metrics-per-job`), which
+adds 34 series per job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import collections
+import platform
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -23,11 +34,16 @@ from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import check
+from scheduler.config import DISTRIBUTION
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
-from scheduler.states import Origin, RunStatus
+from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
+from scheduler.store import items as ledger
 from scheduler.store import queries
 from scheduler.store.database import Database, first_line
+
+# `scheduler_missed_periods` counts what was recorded this long ago or later.
+MISSED_WINDOW = timedelta(days=1)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
@@ -65,12 +81,33 @@ CATCHUP_CLAIMS = Counter(
     ["job"],
     registry=REGISTRY,
 )
+BUILD = Info(
+    "scheduler_build",
+    "The scheduler this node runs: version and Python.",
+    registry=REGISTRY,
+)
 LEASES_LOST = Counter(
     "scheduler_leases_lost",
     "Runs this node stopped treating as its own because their lease could not be renewed.",
     ["job"],
     registry=REGISTRY,
 )
+
+
+def describe_build() -> None:
+    try:
+        installed = version(DISTRIBUTION)
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        installed = "unknown"
+    BUILD.info({"version": installed, "python": platform.python_version()})
+
+
+describe_build()
+
+
+def per_job_histograms(enabled: bool) -> None:
+    """Label the duration and start-lag histograms by job (34 series per job) or not."""
+    RUN_DURATION.per_job = START_LAG.per_job = enabled
 
 
 class Claimed(Protocol):
@@ -122,26 +159,86 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         try:
-            report = check.gather(self._database, window=timedelta(0))
-            successes = queries.last_successes(self._database)
+            readings = Readings.read(self._database)
         except (SQLAlchemyError, UserError) as error:
             self._log.warning("metrics_unavailable", error=first_line(error))
             return []
+        return readings.families()
+
+
+@dataclass(frozen=True)
+class Readings:
+    """One scrape's answers from the database."""
+
+    report: check.Report
+    successes: Mapping[str, queries.Success]
+    missed: Mapping[str, int]
+    stuck: Mapping[str, int]
+    running: Mapping[str, int]
+
+    @classmethod
+    def read(cls, database: Database) -> Readings:
+        report = check.gather(database, window=timedelta(0))
+        stuck_items = ledger.list_items(database, None, stuck_only=True, limit=check.STUCK_LIMIT)
+        return cls(
+            report=report,
+            successes=queries.last_successes(database),
+            missed=queries.count_by_job(
+                database, [RunStatus.MISSED], recorded_since=report.checked_at - MISSED_WINDOW
+            ),
+            stuck=collections.Counter(row.job for row in stuck_items),
+            running=queries.count_by_job(database, ACTIVE_STATUSES),
+        )
+
+    def families(self) -> list[Metric]:
         overdue = GaugeMetricFamily(
             "scheduler_overdue_jobs",
             "Jobs whose latest expected period has not succeeded within its grace "
             "(as `scheduler check` counts them).",
-            value=report.overdue_jobs,
+            value=self.report.overdue_jobs,
         )
         last = GaugeMetricFamily(
             "scheduler_last_success_timestamp_seconds",
             "When a run of the job last finished successfully, on any node (Unix time).",
             labels=["job"],
         )
-        for job, success in sorted(successes.items()):
+        for job, success in sorted(self.successes.items()):
             if success.finished_at is not None:
                 last.add_metric([job], success.finished_at.timestamp())
-        return [overdue, last]
+        watched = self.report.watched
+        return [
+            overdue,
+            last,
+            _per_job(
+                "scheduler_missed_periods",
+                "Periods recorded missed (older than the job's catch-up window) in the last day.",
+                watched,
+                self.missed,
+            ),
+            _per_job(
+                "scheduler_stuck_items",
+                "Items claimed by an attempt that ended without finishing them "
+                "(`scheduler items --stuck`).",
+                watched,
+                self.stuck,
+            ),
+            _per_job(
+                "scheduler_runs_in_progress",
+                "Runs claimed or running now, on any node.",
+                watched,
+                self.running,
+            ),
+        ]
+
+
+def _per_job(
+    name: str, documentation: str, jobs: Iterable[str], counts: Mapping[str, int]
+) -> GaugeMetricFamily:
+    """One gauge per watched job (registered, not retired), 0 for one with nothing counted."""
+    family = GaugeMetricFamily(name, documentation, labels=["job"])
+    for job in sorted(jobs):
+        family.add_metric([job], counts.get(job, 0))
+    return family
 
 
 _watching: list[DatabaseCollector] = []

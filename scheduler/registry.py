@@ -7,6 +7,7 @@ import of its module with a message naming the job and the field.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
@@ -122,35 +123,102 @@ def _takes_context(name: str, func: Callable[..., Any]) -> bool:
     return len(inspect.signature(func).parameters) > 0
 
 
-def load_jobs(module_names: Sequence[str]) -> dict[str, Job]:
-    """Import the named modules (a package with all its modules) and collect their jobs."""
+def load_jobs(entries: Sequence[str]) -> dict[str, Job]:
+    """Import each entry of `--jobs` (a module or package name, or the path of a file or
+    a folder) and collect its jobs; an entry that defines none is refused."""
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     found: dict[str, Job] = {}
-    seen: set[int] = set()
-    for module in _import_all(module_names):
-        for candidate in vars(module).values():
-            if not isinstance(candidate, Job) or id(candidate) in seen:
-                continue
-            seen.add(id(candidate))
-            if candidate.name in found:
+    for entry in entries:
+        module_name = _module_for(entry)
+        defined = [
+            candidate
+            for module in _import_all(module_name)
+            for candidate in vars(module).values()
+            if isinstance(candidate, Job)
+        ]
+        if not defined:
+            raise UserError(
+                f"--jobs: module {module_name!r} defines no job "
+                "(no function decorated with @job); name the module that does"
+            )
+        for candidate in defined:
+            known = found.get(candidate.name)
+            if known is not None and known is not candidate:
                 raise JobDefinitionError(
                     candidate.name,
                     "name",
-                    f"defined twice ({found[candidate.name].func.__module__} "
-                    f"and {candidate.func.__module__})",
+                    f"defined twice ({known.func.__module__} and {candidate.func.__module__})",
                 )
             found[candidate.name] = candidate
     return found
 
 
-def _import_all(module_names: Sequence[str]) -> Iterable[ModuleType]:
-    for module_name in module_names:
-        module = _import(module_name)
-        yield module
-        if hasattr(module, "__path__"):
-            for info in pkgutil.walk_packages(module.__path__, prefix=f"{module.__name__}."):
-                yield _import(info.name)
+def importable(module_name: str) -> bool:
+    """Whether a top-level module or package of that name can be found (not imported)."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    return importlib.util.find_spec(module_name) is not None
+
+
+def looks_like_path(entry: str) -> bool:
+    """`./jobs.py`, `src/tasks`, `/app/jobs`: a path; `myapp.jobs`: a module name."""
+    return "/" in entry or "\\" in entry or entry.endswith(".py") or entry in (".", "..")
+
+
+def _module_for(entry: str) -> str:
+    """The module name to import for an entry; for a path, its folder goes on sys.path.
+
+    A file or folder inside a package (folders with `__init__.py`) is imported as a
+    module of that package, so its relative imports work.
+    """
+    if not looks_like_path(entry):
+        return entry
+    path = Path(entry).expanduser().resolve()
+    if not path.exists():
+        raise UserError(f"--jobs: no file or folder {entry!r} (looked from {Path.cwd()})")
+    if path.is_file() and path.suffix != ".py":
+        raise UserError(f"--jobs: {entry!r} is not a Python file (.py) or a folder")
+    parts = [path.stem if path.is_file() else path.name]
+    root = path.parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        parts.insert(0, root.name)
+        root = root.parent
+    for part in parts:
+        if not part.isidentifier():
+            raise UserError(
+                f"--jobs: {entry!r} cannot be imported: {part!r} is not a Python name "
+                "(use letters, digits and underscores)"
+            )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module_name = ".".join(parts)
+    _check_origin(entry, module_name, path, _import(module_name))
+    return module_name
+
+
+def _check_origin(entry: str, module_name: str, path: Path, module: ModuleType) -> None:
+    """The module imported under that name must be the file given, not another one
+    (a `json.py` of yours would otherwise be the standard library's `json`)."""
+    origins = [Path(location).resolve() for location in getattr(module, "__path__", [])]
+    if getattr(module, "__file__", None):
+        origin = Path(str(module.__file__)).resolve()
+        origins.append(origin.parent if origin.name == "__init__.py" else origin)
+    if path not in origins:
+        where = origins[0] if origins else "a built-in module"
+        raise UserError(
+            f"--jobs: {entry!r}: the name {module_name!r} is already taken by {where}; "
+            "rename the file or folder"
+        )
+
+
+def _import_all(module_name: str) -> Iterable[ModuleType]:
+    """The module, and every module below it when it is a package."""
+    module = _import(module_name)
+    yield module
+    if hasattr(module, "__path__"):
+        for info in pkgutil.walk_packages(module.__path__, prefix=f"{module.__name__}."):
+            yield _import(info.name)
 
 
 def _import(module_name: str) -> ModuleType:

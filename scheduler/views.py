@@ -6,7 +6,7 @@ records, so the two outputs cannot disagree. Times are UTC, ISO-8601.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +14,8 @@ from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
+from scheduler.shares import ONE_SHOT
+from scheduler.states import Origin
 from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
 
@@ -34,6 +36,24 @@ def short_time(value: str | None) -> str:
     if value is None:
         return "-"
     return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def period_text(value: str | None) -> str:
+    """A period for a table cell: to the second, or in full when it has a fraction (a
+    manual run's), so that `runs show JOB PERIOD` finds what the table printed."""
+    if value is None:
+        return "-"
+    moment = datetime.fromisoformat(value).astimezone(UTC)
+    return (iso(moment) or "-") if moment.microsecond else short_time(value)
+
+
+def origin_text(origin: str, attempt: int) -> str:
+    """How a run came to be, as `runs` shows it: `retry` for a later attempt the
+    scheduler started by itself (a retry after a failure, a takeover of an expired
+    lease) of a scheduled or caught-up period; otherwise the stored origin."""
+    if attempt > 1 and origin in (Origin.SCHEDULE, Origin.CATCHUP):
+        return "retry"
+    return origin
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -75,7 +95,7 @@ def status_text(status: str, reason: str | None) -> str:
 # -- scheduler jobs ---------------------------------------------------------------
 
 
-def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
+def job_record(job: JobRow, last: RunRow | None, now: datetime, *, retired: bool = False) -> Record:
     try:
         upcoming = parse_schedule(job.cron, job.timezone).next_after(now)
     except ScheduleError:
@@ -85,6 +105,7 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
         "cron": job.cron,
         "timezone": job.timezone,
         "paused": job.paused,
+        "retired": retired,
         "paused_at": iso(job.paused_at),
         "next_period": iso(upcoming),
         "first_seen": iso(job.first_seen),
@@ -106,9 +127,19 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime) -> Record:
 
 
 def job_records(
-    jobs: Sequence[JobRow], latest: Mapping[str, RunRow], now: datetime
+    jobs: Sequence[JobRow],
+    latest: Mapping[str, RunRow],
+    now: datetime,
+    retired: Collection[str] = (),
 ) -> list[Record]:
-    return [job_record(job, latest.get(job.name), now) for job in jobs]
+    return [job_record(job, latest.get(job.name), now, retired=job.name in retired) for job in jobs]
+
+
+def job_state(record: Record) -> str:
+    """retired: no node runs it any more; paused; or active."""
+    if record["retired"]:
+        return "retired"
+    return "paused" if record["paused"] else "active"
 
 
 def jobs_table(records: Sequence[Record]) -> str:
@@ -121,12 +152,12 @@ def jobs_table(records: Sequence[Record]) -> str:
                 record["cron"],
                 record["timezone"],
                 short_time(record["next_period"]) if record["next_period"] else "never",
-                short_time(last.get("period")),
+                period_text(last.get("period")),
                 status_text(last["status"], last["reason"]) if last else "-",
-                "yes" if record["paused"] else "no",
+                job_state(record),
             ]
         )
-    headers = ["JOB", "SCHEDULE", "ZONE", "NEXT PERIOD", "LAST PERIOD", "LAST STATUS", "PAUSED"]
+    headers = ["JOB", "SCHEDULE", "ZONE", "NEXT PERIOD", "LAST PERIOD", "LAST STATUS", "STATE"]
     return table(headers, rows)
 
 
@@ -141,6 +172,7 @@ def run_record(run: RunRow) -> Record:
         "status": run.status,
         "reason": run.reason,
         "origin": run.origin,
+        "retry": origin_text(run.origin, run.attempt) == "retry",
         "attempt": run.attempt,
         "node": run.holder,
         "claimed_at": iso(run.claimed_at),
@@ -156,8 +188,9 @@ def runs_table(records: Sequence[Record]) -> str:
     rows = [
         [
             record["job"],
-            short_time(record["period"]),
+            period_text(record["period"]),
             status_text(record["status"], record["reason"]),
+            "retry" if record["retry"] else record["origin"],
             str(record["attempt"]),
             record["node"] or "-",
             duration_text(record["duration_ms"]),
@@ -165,7 +198,7 @@ def runs_table(records: Sequence[Record]) -> str:
         ]
         for record in records
     ]
-    headers = ["JOB", "PERIOD", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
+    headers = ["JOB", "PERIOD", "STATUS", "ORIGIN", "ATTEMPT", "NODE", "DURATION", "ERROR"]
     return table(headers, rows)
 
 
@@ -224,7 +257,7 @@ def run_detail_text(record: Record) -> str:
         ("period", run["period"]),
         ("run id", run["id"]),
         ("status", status_text(run["status"], run["reason"])),
-        ("origin", run["origin"]),
+        ("origin", "retry" if run["retry"] else run["origin"]),
         ("attempt", str(run["attempt"])),
         ("node", run["node"] or "-"),
         ("claimed", run["claimed_at"]),
@@ -284,6 +317,7 @@ def node_record(node: NodeRow, now: datetime) -> Record:
         "host": node.host,
         "pid": node.pid,
         "version": node.version,
+        "kind": "one-shot" if node.jobs_digest == ONE_SHOT else "daemon",
         "state": node_state(node, now),
         "started_at": iso(node.started_at),
         "heartbeat_at": iso(node.heartbeat_at),
@@ -299,13 +333,14 @@ def nodes_table(records: Sequence[Record]) -> str:
             record["host"],
             str(record["pid"]),
             record["version"],
+            record["kind"],
             record["state"],
             short_time(record["started_at"]),
             f"{short_time(record['heartbeat_at'])} ({record['heartbeat_age_s']:.0f}s ago)",
         ]
         for record in records
     ]
-    headers = ["NODE", "HOST", "PID", "VERSION", "STATE", "STARTED", "LAST HEARTBEAT"]
+    headers = ["NODE", "HOST", "PID", "VERSION", "KIND", "STATE", "STARTED", "LAST HEARTBEAT"]
     return table(headers, rows)
 
 
@@ -319,6 +354,7 @@ def check_record(report: Report) -> Record:
         "window_s": report.window.total_seconds(),
         "jobs": report.jobs,
         "paused": report.paused,
+        "retired": report.retired,
         "nodes_alive": report.nodes_alive,
         "findings": [
             {
@@ -338,12 +374,15 @@ def check_text(record: Record, window: str) -> str:
     width = max((len(finding["job"]) for finding in record["findings"]), default=0)
     lines = [
         f"{finding['problem'].upper():<10}{finding['job']:<{width}}  "
-        f"{short_time(finding['period'])}  {finding['detail']}"
+        f"{period_text(finding['period'])}  {finding['detail']}"
         for finding in record["findings"]
     ]
     jobs = f"{record['jobs']} job{'' if record['jobs'] == 1 else 's'}"
-    if record["paused"]:
-        jobs += f" ({record['paused']} paused)"
+    notes = [f"{record['paused']} paused"] if record["paused"] else []
+    if record["retired"]:
+        notes.append(f"{record['retired']} retired not checked")
+    if notes:
+        jobs += f" ({', '.join(notes)})"
     if record["findings"]:
         lines.append(f"{len(record['findings'])} problem(s) in {jobs}, window {window}")
     else:

@@ -39,6 +39,8 @@ IDLE_IN_TRANSACTION_S = 5.0
 STATEMENT_TIMEOUT_S = 60.0
 # Connections a pool keeps open between uses; more are opened for bursts and closed after.
 POOL_KEPT = 5
+# What hosting platforms hand out (`postgres://`, Heroku and others) is PostgreSQL too.
+POSTGRES_ALIASES = ("postgresql", "postgres")
 
 
 def parse_database_url(raw: str) -> URL:
@@ -50,15 +52,16 @@ def parse_database_url(raw: str) -> URL:
             f"--database-url: cannot parse {raw!r} "
             "(expected sqlite:///path.db or postgresql://user@host/db)"
         ) from None
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "postgresql":
-        if driver not in ("psycopg", "psycopg2"):
-            url = url.set(drivername="postgresql+psycopg")
-        elif driver == "psycopg2":
+    # Read from the URL's text: asking SQLAlchemy would load the dialect first and fail
+    # with a traceback for a name it does not know (`postgres://`, `foo://`).
+    backend, _, driver = url.drivername.partition("+")
+    if backend in POSTGRES_ALIASES:
+        if driver == "psycopg2":
             raise UserError(
-                "--database-url: use postgresql:// or postgresql+psycopg:// (psycopg 3)"
+                "--database-url: use postgresql:// or postgresql+psycopg:// (psycopg 3); "
+                "psycopg2 is not installed"
             )
-        return url
+        return url.set(drivername="postgresql+psycopg")
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
             raise UserError(

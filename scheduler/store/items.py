@@ -195,16 +195,18 @@ def _claimer_active() -> ColumnElement[bool]:
 
 
 def list_items(
-    database: Database, job: str, *, stuck_only: bool = False, limit: int = 100
+    database: Database, job: str | None, *, stuck_only: bool = False, limit: int = 100
 ) -> list[ItemRow]:
-    """A job's items, most recently claimed first; `stuck_only` keeps the stuck ones."""
+    """A job's items (every job's for None), most recently claimed first; `stuck_only`
+    keeps the stuck ones."""
     in_progress = _claimer_active()
     statement = (
         select(items, in_progress.label("in_progress"))
-        .where(items.c.job == job)
-        .order_by(items.c.claimed_at.desc(), items.c.key)
+        .order_by(items.c.claimed_at.desc(), items.c.job, items.c.key)
         .limit(limit)
     )
+    if job is not None:
+        statement = statement.where(items.c.job == job)
     if stuck_only:
         statement = statement.where(items.c.state == ItemState.CLAIMED.value, ~in_progress)
     with database.transaction() as connection:

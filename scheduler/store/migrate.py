@@ -1,7 +1,17 @@
-"""Alembic, driven from code: `scheduler migrate` and the schema check at start-up."""
+"""Alembic, driven from code: `scheduler migrate` (also `--check` and `--sql`) and the
+schema check at start-up.
+
+The scheduler records its revision in a version table of its own,
+`scheduler_alembic_version`, so that it shares a database with an application that
+uses Alembic too (whose revisions live in `alembic_version`). Versions up to 0.1.0
+wrote to `alembic_version`; such a database is still read as it is, and `upgrade`
+moves the revision over in one transaction (see `adopt_legacy_revision`).
+"""
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -9,9 +19,32 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import (
+    Column,
+    Connection,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    create_engine,
+    delete,
+    func,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import CreateTable, DropTable
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from scheduler.errors import SchemaOutdatedError
-from scheduler.store.database import Database
+from scheduler.store.database import Database, open_database, parse_database_url
+from scheduler.store.schema import VERSION_TABLE, runs
+
+# Where versions up to 0.1.0 recorded the revision: Alembic's default, which an
+# application's own migrations use too.
+LEGACY_VERSION_TABLE = "alembic_version"
+# Serialises two `scheduler migrate` started at once on PostgreSQL ("scheduler" in ASCII).
+MIGRATE_LOCK_KEY = 0x7363686564756C
 
 
 def migrations_path() -> Path:
@@ -30,18 +63,134 @@ def alembic_config(database: Database) -> Config:
     return config
 
 
-def head_revision(database: Database) -> str:
-    head = ScriptDirectory.from_config(alembic_config(database)).get_current_head()
+def _script() -> ScriptDirectory:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_path()))
+    return ScriptDirectory.from_config(config)
+
+
+def known_revisions() -> frozenset[str]:
+    return frozenset(revision.revision for revision in _script().walk_revisions())
+
+
+def head_revision(database: Database | None = None) -> str:
+    """The newest revision this version of the scheduler knows."""
+    del database  # the head is the code's, whatever the database
+    head = _script().get_current_head()
     assert head is not None, "the migrations folder has no revisions"
     return head
 
 
-def current_revision(database: Database) -> str | None:
+def version_table(name: str = VERSION_TABLE) -> Table:
+    """A version table as Alembic creates it."""
+    return Table(
+        name,
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name=f"{name}_pkc"),
+    )
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where the database's scheduler schema stands against this code."""
+
+    current: str | None
+    head: str
+    # The revision is recorded in `alembic_version`, by a scheduler up to 0.1.0.
+    legacy: bool = False
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head and not self.legacy
+
+    def describe(self) -> str:
+        """One line for `scheduler migrate --check`."""
+        if self.up_to_date:
+            return f"current: the schema is at revision {self.head}"
+        if self.current is None:
+            return f"behind: no scheduler schema yet (head {self.head}); run `scheduler migrate`"
+        if self.current not in known_revisions():
+            return _newer_than_known(self.current, self.head)
+        if self.current != self.head:
+            where = f" (recorded in {LEGACY_VERSION_TABLE})" if self.legacy else ""
+            return (
+                f"behind: the schema is at revision {self.current}{where}, this scheduler "
+                f"needs {self.head}; run `scheduler migrate`"
+            )
+        return (
+            f"behind: the schema is at revision {self.head} but recorded in "
+            f"{LEGACY_VERSION_TABLE}; run `scheduler migrate` to move it to {VERSION_TABLE}"
+        )
+
+
+def schema_state(database: Database) -> SchemaState:
+    """Read the recorded revision, from our own version table or, for a database that
+    an older scheduler migrated, from `alembic_version`. Reads only."""
     with database.engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        current = _context(connection).get_current_revision()
+        if current is not None:
+            return SchemaState(current, head_revision())
+        legacy = _legacy_revisions(connection)
+    return SchemaState(max(legacy) if legacy else None, head_revision(), legacy=bool(legacy))
+
+
+def current_revision(database: Database) -> str | None:
+    return schema_state(database).current
+
+
+def _context(connection: Connection) -> MigrationContext:
+    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+
+
+def _legacy_revisions(connection: Connection) -> list[str]:
+    """Our revisions in `alembic_version`. A revision id such as 0003 could be an
+    application's too, so it counts as ours only where the scheduler's tables exist."""
+    tables = set(inspect(connection).get_table_names())
+    if LEGACY_VERSION_TABLE not in tables or runs.name not in tables:
+        return []
+    legacy = version_table(LEGACY_VERSION_TABLE)
+    recorded = connection.execute(select(legacy.c.version_num)).scalars()
+    return sorted(set(recorded) & known_revisions())
+
+
+def adopt_legacy_revision(database: Database) -> bool:
+    """Move our revision from `alembic_version` to our own table, in one transaction.
+
+    Rows of an application's revisions stay where they are; a table left empty, that
+    held only ours, is dropped. True if something moved.
+    """
+    with database.transaction() as connection:
+        if database.is_postgres:
+            connection.execute(select(func.pg_advisory_xact_lock(MIGRATE_LOCK_KEY)))
+        statements = _adoption(connection)
+        for statement in statements:
+            connection.execute(statement)
+    return bool(statements)
+
+
+def _adoption(connection: Connection) -> list[Executable]:
+    """The statements that move our revision over (none when there is nothing to move)."""
+    ours = _legacy_revisions(connection)
+    if not ours:
+        return []
+    legacy, own = version_table(LEGACY_VERSION_TABLE), version_table()
+    statements: list[Executable] = []
+    if _context(connection).get_current_revision() is None:
+        if not inspect(connection).has_table(VERSION_TABLE):
+            statements.append(CreateTable(own))
+        statements.append(own.insert().values(version_num=max(ours)))
+    statements.append(delete(legacy).where(legacy.c.version_num.in_(ours)))
+    others = connection.execute(
+        select(func.count()).select_from(legacy).where(legacy.c.version_num.not_in(ours))
+    ).scalar_one()
+    if others == 0:
+        statements.append(DropTable(legacy))
+    return statements
 
 
 def upgrade(database: Database, revision: str = "head") -> None:
+    adopt_legacy_revision(database)
     command.upgrade(alembic_config(database), revision)
 
 
@@ -49,23 +198,66 @@ def downgrade(database: Database, revision: str) -> None:
     command.downgrade(alembic_config(database), revision)
 
 
+def offline_sql(database: Database, state: SchemaState) -> str:
+    """The SQL script `scheduler migrate` would run, for a DBA to review and apply, from
+    the revision recorded (`state`); writes nothing. Moves a legacy revision over first."""
+    if state.current is not None and state.current not in known_revisions():
+        raise SchemaOutdatedError(_newer_than_known(state.current, state.head).split(": ", 1)[1])
+    if state.up_to_date:
+        return f"-- the schema is at revision {state.head}: nothing to do\n"
+    dialect = database.engine.dialect
+    adoption: list[Executable] = []
+    if state.legacy:
+        with database.engine.connect() as connection:
+            adoption = _adoption(connection)
+    script = "".join(_literal_sql(statement, dialect) for statement in adoption)
+    if state.current != state.head:
+        config = alembic_config(database)
+        buffer = io.StringIO()
+        config.output_buffer = buffer
+        config.attributes["offline_dialect"] = dialect.name
+        start = f"{state.current}:" if state.current else ""
+        command.upgrade(config, f"{start}head", sql=True)
+        script += buffer.getvalue()
+    return script
+
+
+def _literal_sql(statement: Executable, dialect: Dialect) -> str:
+    assert isinstance(statement, ClauseElement)
+    compiled = statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True})
+    return f"{str(compiled).strip()};\n\n"
+
+
 def require_current_schema(database: Database) -> None:
-    """Refuse to run against an empty, older or unknown schema, naming the fix."""
-    current, head = current_revision(database), head_revision(database)
-    if current == head:
+    """Refuse to run against an empty, older or unknown schema, naming the fix. A
+    revision recorded by an older scheduler in `alembic_version` is accepted."""
+    state = schema_state(database)
+    if state.current == state.head:
         return
-    script = ScriptDirectory.from_config(alembic_config(database))
-    if current is None:
+    if state.current is None:
         raise SchemaOutdatedError(
             f"database {database.display_url} has no scheduler schema; run `scheduler migrate`"
         )
-    known = {revision.revision for revision in script.walk_revisions()}
-    if current not in known:
-        raise SchemaOutdatedError(
-            f"database schema revision {current} is newer than this scheduler knows "
-            f"(head {head}); upgrade the scheduler"
-        )
+    if state.current not in known_revisions():
+        raise SchemaOutdatedError(_newer_than_known(state.current, state.head).split(": ", 1)[1])
     raise SchemaOutdatedError(
-        f"database schema is at revision {current}, this scheduler needs {head}; "
+        f"database schema is at revision {state.current}, this scheduler needs {state.head}; "
         "run `scheduler migrate`"
     )
+
+
+def _newer_than_known(current: str, head: str) -> str:
+    return (
+        f"unknown: database schema revision {current} is newer than this scheduler knows "
+        f"(head {head}); upgrade the scheduler"
+    )
+
+
+def inspect_url(database_url: str) -> tuple[Database, SchemaState]:
+    """The database and its schema state for `--check` and `--sql`, which write nothing:
+    a SQLite file that does not exist yet is not created, just reported as empty."""
+    url = parse_database_url(database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        return Database(create_engine(url)), SchemaState(None, head_revision())
+    database = open_database(database_url, connections=2)
+    return database, schema_state(database)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import ColumnElement, Row, and_, func, or_, select
+from sqlalchemy import ColumnElement, Row, and_, func, select, tuple_
 
 from scheduler.errors import UserError
 from scheduler.store.database import Database
@@ -67,6 +67,8 @@ class NodeRow:
     started_at: datetime
     heartbeat_at: datetime
     stopped_at: datetime | None
+    # "one-shot" for run-once, trigger, rerun and backfill (see scheduler/shares.py).
+    jobs_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class Success:
     finished_at: datetime | None
 
 
+# (job, period) pairs asked for in one statement.
+PAIRS_PER_STATEMENT = 1000
 _RUN_COLUMNS = [runs.c[name] for name in RunRow.__dataclass_fields__]
 _ATTEMPT_COLUMNS = [attempts.c[name] for name in AttemptRow.__dataclass_fields__]
 _NODE_COLUMNS = [nodes.c[name] for name in NodeRow.__dataclass_fields__]
@@ -145,14 +149,37 @@ def run_at(database: Database, job: str, period: datetime) -> RunRow | None:
     return _run(row) if row else None
 
 
+def runs_within(database: Database, job: str, start: datetime, end: datetime) -> list[RunRow]:
+    """A job's runs with `start <= period < end`, oldest first."""
+    statement = (
+        select(*_RUN_COLUMNS)
+        .where(runs.c.job == job, runs.c.period >= start, runs.c.period < end)
+        .order_by(runs.c.period)
+    )
+    with database.transaction() as connection:
+        return [_run(row) for row in connection.execute(statement)]
+
+
+def run_by_id(database: Database, run_id: str) -> RunRow | None:
+    """The run a log line's `run_id` names."""
+    statement = select(*_RUN_COLUMNS).where(runs.c.id == run_id)
+    with database.transaction() as connection:
+        row = connection.execute(statement).first()
+    return _run(row) if row else None
+
+
 def runs_at(database: Database, periods: Mapping[str, datetime]) -> dict[str, RunRow]:
     """The run of each job at the period given for it, where one exists."""
-    if not periods:
-        return {}
-    matches = [and_(runs.c.job == job, runs.c.period == period) for job, period in periods.items()]
-    statement = select(*_RUN_COLUMNS).where(or_(*matches))
+    found: dict[str, RunRow] = {}
+    pairs = list(periods.items())
     with database.transaction() as connection:
-        return {row.job: _run(row) for row in connection.execute(statement)}
+        # Row-value IN lists, a chunk at a time: an OR of 10,000 pairs took longer to
+        # build than to run, and PostgreSQL refuses one IN list of 10,000 rows.
+        for start in range(0, len(pairs), PAIRS_PER_STATEMENT):
+            chunk = pairs[start : start + PAIRS_PER_STATEMENT]
+            statement = select(*_RUN_COLUMNS).where(tuple_(runs.c.job, runs.c.period).in_(chunk))
+            found.update((row.job, _run(row)) for row in connection.execute(statement))
+    return found
 
 
 def attempts_of(database: Database, run_id: str) -> list[AttemptRow]:
@@ -197,10 +224,39 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
         return [_run(row) for row in connection.execute(statement)]
 
 
-def list_nodes(database: Database, *, seen_since: datetime | None = None) -> list[NodeRow]:
-    """Nodes, newest start first; with `seen_since`, only those heard from since then."""
+def count_by_job(
+    database: Database, statuses: Collection[str], *, recorded_since: datetime | None = None
+) -> dict[str, int]:
+    """How many runs each job has in the given statuses (recorded at or after
+    `recorded_since`, as `recorded_since` reads "recorded"); jobs with none are left out."""
+    statement = (
+        select(runs.c.job, func.count().label("runs"))
+        .where(runs.c.status.in_(list(statuses)))
+        .group_by(runs.c.job)
+    )
+    if recorded_since is not None:
+        recorded = func.coalesce(runs.c.finished_at, runs.c.claimed_at)
+        statement = statement.where(recorded >= recorded_since)
+    with database.transaction() as connection:
+        return {row.job: int(row.runs) for row in connection.execute(statement)}
+
+
+def list_nodes(
+    database: Database,
+    *,
+    seen_since: datetime | None = None,
+    started_since: datetime | None = None,
+    kind: str | None = None,
+) -> list[NodeRow]:
+    """Nodes, newest start first; with `seen_since`, only those heard from since then,
+    with `started_since` only those started since, with `kind` only those of that
+    jobs digest (`one-shot`)."""
     statement = select(*_NODE_COLUMNS).order_by(nodes.c.started_at.desc(), nodes.c.id)
     if seen_since is not None:
         statement = statement.where(nodes.c.heartbeat_at >= seen_since)
+    if started_since is not None:
+        statement = statement.where(nodes.c.started_at >= started_since)
+    if kind is not None:
+        statement = statement.where(nodes.c.jobs_digest == kind)
     with database.transaction() as connection:
         return [NodeRow(**row._mapping) for row in connection.execute(statement)]

@@ -24,6 +24,10 @@ from sqlalchemy import (
     TypeDecorator,
 )
 
+# The scheduler's own Alembic version table: an application sharing the database keeps
+# `alembic_version` for its own revisions.
+VERSION_TABLE = "scheduler_alembic_version"
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -55,6 +55,8 @@ def test_bad_definitions_leave_postgres_untouched(tmp_path: Path, postgres_url: 
     [
         ("not a url", "cannot parse"),
         ("mysql://root@127.0.0.1/test", "unsupported database 'mysql'"),
+        ("foo://somewhere/db", "unsupported database 'foo'"),
+        ("postgresql+psycopg2://postgres@127.0.0.1/postgres", "psycopg 3"),
         ("postgresql://postgres@127.0.0.1:1/nowhere", "cannot connect"),
         ("sqlite:///missing/dir/scheduler.db", "does not exist"),
     ],

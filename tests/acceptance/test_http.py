@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -79,7 +80,13 @@ def test_metrics_match_the_runs_table_and_readyz_follows_the_database(
     tmp_path: Path, postgres_url: str
 ) -> None:
     node = start_node(
-        tmp_path, "observed", postgres_url, "watched", ["--http", "127.0.0.1:0"], FAIL_EVERY="3"
+        tmp_path,
+        "observed",
+        postgres_url,
+        "watched",
+        ["--http", "127.0.0.1:0"],
+        FAIL_EVERY="3",
+        SCHEDULER_METRICS_PER_JOB="true",
     )
     name = postgres_url.rsplit("/", 1)[1]
     try:
@@ -153,3 +160,45 @@ def test_a_busy_or_malformed_http_address_is_refused(tmp_path: Path, sqlite_url:
             assert result.returncode == 2, result.stderr
             assert result.stderr.startswith(f"error: --http: {expected}"), result.stderr
             assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _request(port: int, path: str, method: str = "GET", **headers: str) -> tuple[int, Any, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    for name, value in headers.items():
+        request.add_header(name.replace("_", "-"), value)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def test_head_on_every_endpoint_and_gzip_when_asked(tmp_path: Path, sqlite_url: str) -> None:
+    node = start_node(tmp_path, "scraped", sqlite_url, "watched", ["--http", "127.0.0.1:0"])
+    try:
+        port = _port(node)
+        wait_until(lambda: fetch(port, "/readyz")[0] == 200, timeout=15, what="ready")
+        node.wait_for(lambda event: event.get("event") == "run_succeeded", timeout=15)
+        for path, status in (("/healthz", 200), ("/readyz", 200), ("/metrics", 200), ("/x", 404)):
+            got, headers, body = _request(port, path, "HEAD")
+            assert (got, body) == (status, b""), path
+            assert int(headers["Content-Length"]) > 0, path
+        plain_status, plain_headers, plain = _request(port, "/metrics")
+        assert plain_status == 200
+        assert plain_headers["Content-Encoding"] is None
+        status, headers, packed = _request(port, "/metrics", Accept_Encoding="gzip, deflate")
+        assert (status, headers["Content-Encoding"]) == (200, "gzip")
+        assert int(headers["Content-Length"]) == len(packed) < len(plain) / 2
+        text = gzip.decompress(packed).decode()
+        assert "scheduler_run_duration_seconds_count " in text, "one histogram for all jobs"
+        assert 'scheduler_run_duration_seconds_count{job="watched"}' not in text
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert {
+            "scheduler_runs_in_progress",
+            "scheduler_stuck_items",
+            "scheduler_build_info",
+        } <= names
+        refused = _request(port, "/metrics", Accept_Encoding="gzip;q=0")[1]
+        assert refused["Content-Encoding"] is None
+    finally:
+        assert node.stop() == 0

@@ -24,16 +24,18 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import DISTRIBUTION
 from scheduler.registry import load_jobs
 from scheduler.states import RunStatus
 from tests import dockerfile
-from tests.acceptance.records import run_rows
+from tests.acceptance.records import run_rows, table_counts
 
 pytestmark = pytest.mark.slow
 
 ROOT = dockerfile.ROOT
 OWNED = re.compile(r"(?<![\w.\-])(/opt|/src|/app|/var/lib/scheduler)(?=[/\s\"':;]|$)")
 BUILD_TIMEOUT_S = 600
+EXAMPLES = "/opt/scheduler-examples/jobs"
 
 
 @dataclass
@@ -80,6 +82,11 @@ class Image:
     @property
     def database_url(self) -> str:
         return self.env["SCHEDULER_DATABASE_URL"]
+
+    @property
+    def examples(self) -> str:
+        """The example jobs, where the image keeps them off its import path."""
+        return self.map(EXAMPLES)
 
 
 def _clean_environment(root: Path) -> dict[str, str]:
@@ -196,7 +203,7 @@ def running(image: Image, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[byt
     assert migrated.returncode == 0, migrated.stderr
     address = f"127.0.0.1:{_free_port()}"
     log = tmp_path / "run.log"
-    process = image.start(log, SCHEDULER_HTTP=address)
+    process = image.start(log, SCHEDULER_HTTP=address, SCHEDULER_JOBS=image.examples)
     try:
         _wait_for(log, process, "node_started")
         yield process, log, address
@@ -212,25 +219,41 @@ def test_the_installed_command_answers(image: Image) -> None:
     for command in ("run", "migrate", "run-once"):
         assert re.search(rf"^\s+{command}\s", helped.stdout, re.M), helped.stdout
     version = image.run(["--version"])
-    assert "0.1.0" in version.stdout
+    assert version.stdout.strip() == "scheduler, version 0.1.0", version.stdout
 
 
 def test_the_package_comes_from_the_wheel_not_the_source(image: Image) -> None:
+    script = (
+        "import scheduler, sys; from importlib import metadata; print(scheduler.__file__); "
+        "print(sys.prefix); print(*metadata.packages_distributions()['scheduler'])"
+    )
     located = subprocess.run(
-        ["python", "-c", "import scheduler, sys; print(scheduler.__file__); print(sys.prefix)"],
+        ["python", "-c", script],
         cwd=image.workdir,
         env=image.env,
         capture_output=True,
         text=True,
         check=True,
     )
-    package, prefix = located.stdout.split()
+    package, prefix, distribution = located.stdout.split()
+    assert distribution == DISTRIBUTION, "the wheel's name, not `scheduler` (another project)"
     assert prefix == str(image.root / "opt" / "scheduler")
     assert package.startswith(prefix)
     assert (Path(package).parent / "_migrations" / "env.py").is_file()
 
 
-def test_docker_run_migrates_and_runs_the_baked_in_jobs(
+def test_docker_run_runs_no_jobs_until_told_which(image: Image) -> None:
+    assert image.run(["migrate"]).returncode == 0
+    before = table_counts(image.database_url)
+    refused = image.run(["run"])
+    assert refused.returncode == 2, refused.stderr + refused.stdout
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("error: --jobs: name your job modules with --jobs or SCHEDULER_JOBS")
+    assert image.run(["run-once", "heartbeat"]).returncode == 2
+    assert table_counts(image.database_url) == before, "nothing written"
+
+
+def test_docker_run_migrates_and_runs_the_example_jobs_when_asked(
     image: Image, running: tuple[subprocess.Popen[bytes], Path, str]
 ) -> None:
     process, log, _ = running
@@ -239,7 +262,7 @@ def test_docker_run_migrates_and_runs_the_baked_in_jobs(
     assert process.wait(timeout=60) == 0, log.read_text()
     events = _events(log)  # every line is JSON: SCHEDULER_LOG_FORMAT=json in the image
     registered = {item["job"] for item in events if item["event"] == "job_registered"}
-    assert registered == set(load_jobs(["jobs"])), "every example job in jobs/ is baked in"
+    assert registered == set(load_jobs(["jobs"])), "every example job in jobs/ is in the image"
     assert events[-1]["event"] == "node_stopped"
     assert image.database_url.startswith(f"sqlite:///{image.root}/var/lib/scheduler/")
 
@@ -259,9 +282,9 @@ def test_the_healthcheck_passes_while_the_daemon_runs(
     assert after.returncode != 0, "the health check passed with no daemon running"
 
 
-def test_run_once_runs_a_baked_in_job(image: Image) -> None:
+def test_run_once_runs_an_example_job_when_asked(image: Image) -> None:
     assert image.run(["migrate"]).returncode == 0
-    done = image.run(["run-once", "heartbeat"])
+    done = image.run(["run-once", "heartbeat"], SCHEDULER_JOBS=image.examples)
     assert done.returncode == 0, done.stderr + done.stdout
     rows = run_rows(image.database_url, "heartbeat")
     assert [row["status"] for row in rows][-1:] == [RunStatus.SUCCEEDED]

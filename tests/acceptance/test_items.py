@@ -341,6 +341,7 @@ def test_operators_list_settle_and_prune_from_the_command_line(
     table = run_command(["items", "billing", "--database-url", sqlite_url], tmp_path)
     assert table.returncode == 0
     assert table.stdout.splitlines()[0].split() == [
+        "JOB",
         "KEY",
         "STATE",
         "PERIOD",

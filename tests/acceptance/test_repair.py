@@ -63,7 +63,9 @@ def test_backfill_runs_what_never_succeeded(tmp_path: Path, database_url: str) -
 
     code, out = _scheduler(tmp_path, database_url, "backfill", "hourly-ledger", *span, "--dry-run")
     assert code == 0
+    assert out.splitlines()[0].split() == ["PERIOD", "STATUS", "ACTION"]
     listed = [line.split() for line in out.splitlines() if line[:4].isdigit()]
+    assert all(words[0].endswith("Z") for words in listed)
     assert [(words[1], words[2]) for words in listed] == [
         ("-", "run"),
         ("succeeded", "keep"),
@@ -202,10 +204,11 @@ def test_plan_shows_a_dst_night_in_both_zones(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "2026-03-27T01:30:00+00:00  2026-03-27T02:30:00+01:00  Fri CET",
-        "2026-03-28T01:30:00+00:00  2026-03-28T02:30:00+01:00  Sat CET",
-        "2026-03-29T01:00:00+00:00  2026-03-29T03:00:00+02:00  Sun CEST",
-        "2026-03-30T00:30:00+00:00  2026-03-30T02:30:00+02:00  Mon CEST",
+        "PERIOD (UTC)          LOCAL (Europe/Stockholm)   DAY",
+        "2026-03-27T01:30:00Z  2026-03-27T02:30:00+01:00  Fri CET",
+        "2026-03-28T01:30:00Z  2026-03-28T02:30:00+01:00  Sat CET",
+        "2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00  Sun CEST",
+        "2026-03-30T00:30:00Z  2026-03-30T02:30:00+02:00  Mon CEST",
     ]
     autumn = run_command(
         [
@@ -228,3 +231,32 @@ def test_plan_shows_a_dst_night_in_both_zones(tmp_path: Path) -> None:
         "2026-10-25T02:00:00+01:00",
         "2026-10-25T03:00:00+01:00",
     ]
+
+
+def test_plan_tries_a_cron_expression_without_a_job_module(tmp_path: Path) -> None:
+    args = ["plan", "--cron", "30 2 * * *", "--timezone", "Europe/Stockholm"]
+    result = run_command([*args, "--after", "2026-03-28T00:00:00Z", "--count", "2"], tmp_path)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.splitlines()[1:] == [
+        "2026-03-28T01:30:00Z  2026-03-28T02:30:00+01:00  Sat CET",
+        "2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00  Sun CEST",
+    ]
+    assert list(tmp_path.iterdir()) == [], "nothing written, no database opened"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--cron", "61 * * * *"], "error: --cron: minute field '61' is out of range 0-59"),
+        (["--cron", "* * * * *", "--timezone", "Mars/Base"], "error: --timezone: unknown time"),
+        (["--timezone", "UTC", "hourly-ledger"], "error: --timezone: only with --cron"),
+        ([], "error: plan: name a JOB, or try an expression with --cron"),
+    ],
+)
+def test_plan_refuses_a_bad_expression_naming_the_field(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    result = run_command(["plan", *args, "--jobs", jobmods("ledger")], tmp_path)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(expected), line

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, jobs, nodes, runs
+from scheduler.store.schema import attempts, items, jobs, nodes, runs
 
 
 def now() -> datetime:
@@ -26,6 +26,7 @@ def add_job(
     alert_after: float = 60,
     retries: int = 0,
     timezone: str = "UTC",
+    last_seen: datetime | None = None,
 ) -> None:
     with database.transaction() as connection:
         connection.execute(
@@ -34,7 +35,7 @@ def add_job(
                 cron=cron,
                 timezone=timezone,
                 first_seen=first_seen,
-                last_seen=first_seen,
+                last_seen=last_seen or first_seen,
                 paused=paused,
                 paused_at=now() if paused else None,
                 lease_seconds=30,
@@ -59,6 +60,7 @@ def add_run(
     error: str | None = None,
     retry_at: datetime | None = None,
     claimed_at: datetime | None = None,
+    origin: str = "schedule",
 ) -> str:
     run_id = uuid.uuid4().hex
     started = period + timedelta(milliseconds=5) if status not in ("skipped", "missed") else None
@@ -70,7 +72,7 @@ def add_run(
                 period=period,
                 status=status,
                 reason=reason,
-                origin="schedule",
+                origin=origin,
                 attempt=attempt,
                 holder=holder,
                 lease_seconds=30,
@@ -112,7 +114,13 @@ def add_attempt(
 
 
 def add_node(
-    database: Database, node_id: str, *, heartbeat_at: datetime, stopped_at: datetime | None = None
+    database: Database,
+    node_id: str,
+    *,
+    heartbeat_at: datetime,
+    stopped_at: datetime | None = None,
+    started_at: datetime | None = None,
+    digest: str | None = None,
 ) -> None:
     with database.transaction() as connection:
         connection.execute(
@@ -122,9 +130,30 @@ def add_node(
                 host="host-1",
                 pid=42,
                 version="0.1.0",
-                started_at=heartbeat_at - timedelta(minutes=5),
+                started_at=started_at or heartbeat_at - timedelta(minutes=5),
                 heartbeat_at=heartbeat_at,
                 stopped_at=stopped_at,
+                jobs_digest=digest,
+            )
+        )
+
+
+def add_item(
+    database: Database, job: str, key: str, period: datetime, run_id: str, *, state: str = "claimed"
+) -> None:
+    """An item as the run `run_id` (attempt 1) claimed it."""
+    with database.transaction() as connection:
+        connection.execute(
+            items.insert().values(
+                job=job,
+                key=key,
+                state=state,
+                period=period,
+                run_id=run_id,
+                attempt=1,
+                node="node-a",
+                claimed_at=period,
+                done_at=period if state == "done" else None,
             )
         )
 

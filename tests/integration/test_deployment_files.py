@@ -22,7 +22,6 @@ from sqlalchemy.engine import make_url
 
 from scheduler.cron import parse_schedule
 from scheduler.durations import parse_duration
-from scheduler.registry import load_jobs
 from tests import dockerfile
 from tests.cli_model import accepted_envvars, check_invocation, resolve
 
@@ -171,12 +170,31 @@ def test_no_secret_is_baked_into_the_image() -> None:
     assert "**/.env" in ignored
 
 
-def test_the_job_modules_are_baked_in_where_the_image_imports_them() -> None:
+EXAMPLES = "/opt/scheduler-examples/jobs"
+
+
+def test_the_image_runs_no_jobs_until_told_which() -> None:
+    """The examples are baked in off the import path; SCHEDULER_JOBS is not set, so the
+    image refuses to run (exit 2) until it names the user's modules or the examples."""
     copies = [dockerfile.copy_arguments(item)[1:] for item in RUNTIME.all("COPY")]
+    assert (["jobs/"], f"{EXAMPLES}/") in copies
     workdir = RUNTIME.last("WORKDIR").text
-    assert (["jobs/"], f"{workdir}/jobs/") in copies
     assert IMAGE_ENV["PYTHONPATH"] == workdir
-    assert IMAGE_ENV["SCHEDULER_JOBS"] == "jobs"
+    assert not EXAMPLES.startswith(f"{workdir}/")
+    assert "SCHEDULER_JOBS" not in IMAGE_ENV
+    assert not [target for _, target in copies if target.startswith(f"{workdir}/")]
+
+
+def test_only_the_compose_demo_runs_the_examples() -> None:
+    scheduler = _compose()["services"]["scheduler"]
+    assert scheduler["environment"]["SCHEDULER_JOBS"] == EXAMPLES, "the demo, on purpose"
+    for where, pod in _pod_specs():
+        for container in pod["containers"]:
+            jobs = _env(container).get("SCHEDULER_JOBS")
+            if container["args"][0] == "migrate":
+                assert jobs is None, where
+                continue
+            assert jobs not in (None, "jobs", EXAMPLES), f"{where} must name the user's modules"
 
 
 # -- compose.yaml ----------------------------------------------------------------------
@@ -351,23 +369,20 @@ def test_the_migration_job_runs_migrate_to_completion() -> None:
     assert job["spec"]["backoffLimit"] >= 1
 
 
-def test_the_cronjob_runs_once_on_the_jobs_own_schedule_with_forbid() -> None:
+def test_the_cronjob_runs_once_with_forbid_and_a_deadline_inside_its_period() -> None:
     cronjob = _one("CronJob")
     spec = cronjob["spec"]
     assert spec["concurrencyPolicy"] == "Forbid"
     (container,) = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "run-once"
-    name = container["args"][1]
-    jobs = load_jobs(tuple(_env(container).get("SCHEDULER_JOBS", "jobs").split(",")))
-    assert name in jobs, f"the CronJob runs {name!r}, which no job module defines"
-    job = jobs[name]
-    ours = job.schedule
-    theirs = parse_schedule(spec["schedule"], spec.get("timeZone", "UTC"))
+    assert len(container["args"]) == 2, "run-once JOB: the latest due period"
+    deployment = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert _env(container)["SCHEDULER_JOBS"] == _env(deployment)["SCHEDULER_JOBS"]
+    zone = spec.get("timeZone", "UTC")
+    assert _same_zone(zone, "UTC"), "the job's zone is UTC unless it says otherwise"
+    schedule = parse_schedule(spec["schedule"], zone)
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    week = start + timedelta(days=7)
-    assert list(ours.periods_between(start, week)) == list(theirs.periods_between(start, week))
-    assert _same_zone(spec.get("timeZone", "UTC"), job.schedule.timezone)
-    periods = list(ours.periods_between(start, start + timedelta(days=1)))
+    periods = list(schedule.periods_between(start, start + timedelta(days=8)))
     shortest = min(b - a for a, b in itertools.pairwise(periods))
     assert timedelta(seconds=spec["startingDeadlineSeconds"]) < shortest, (
         "a late pod must not run into the next period"

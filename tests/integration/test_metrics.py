@@ -41,6 +41,14 @@ def watched(database: Database) -> Iterator[Database]:
     metrics.unwatch()
 
 
+@pytest.fixture
+def per_job() -> Iterator[None]:
+    metrics.per_job_histograms(True)
+    yield
+    metrics.per_job_histograms(False)
+
+
+@pytest.mark.usefixtures("per_job")
 def test_what_a_node_does_is_counted() -> None:
     before = samples()
     metrics.record_claims(5, [Claimed("m-a"), Claimed("m-a", Origin.CATCHUP)], [Claimed("m-b")])
@@ -94,3 +102,42 @@ def test_the_gauges_are_left_out_while_the_database_is_away() -> None:
         engine.dispose()
     assert ("scheduler_overdue_jobs", ()) not in found
     assert ("process_cpu_seconds_total", ()) in found
+
+
+def test_by_default_the_histograms_are_not_per_job() -> None:
+    before = samples()
+    metrics.record_finish("m-c", "succeeded", 250)
+    metrics.record_start("m-c", datetime.now(UTC))
+    after = samples()
+    assert ("scheduler_run_duration_seconds_count", (("job", "m-c"),)) not in after
+    key = ("scheduler_run_duration_seconds_count", ())
+    assert after[key] - before.get(key, 0) == 1
+    assert after[("scheduler_runs_total", (("job", "m-c"), ("status", "succeeded")))] >= 1
+
+
+def test_per_job_gauges_start_at_zero_for_every_registered_job(watched: Database) -> None:
+    now = seed.now()
+    for name in ("quiet", "troubled"):
+        seed.add_job(watched, name, "0 0 1 1 *", first_seen=now)
+    period = datetime(2026, 1, 1, tzinfo=UTC)
+    ended = seed.add_run(watched, "troubled", period, "failed", finished_at=now)
+    seed.add_item(watched, "troubled", "email:1", period, ended)
+    seed.add_run(watched, "troubled", period + timedelta(hours=1), "missed", claimed_at=now)
+    seed.add_run(watched, "troubled", period + timedelta(hours=2), "running")
+    seed.add_run(
+        watched,
+        "troubled",
+        period - timedelta(days=3),
+        "missed",
+        claimed_at=now - timedelta(days=3),
+    )
+    found = samples()
+    for name, expected in (("quiet", (0, 0, 0)), ("troubled", (1, 1, 1))):
+        labels = (("job", name),)
+        assert (
+            found[("scheduler_missed_periods", labels)],
+            found[("scheduler_stuck_items", labels)],
+            found[("scheduler_runs_in_progress", labels)],
+        ) == expected, name
+    (build,) = [labels for name, labels in found if name == "scheduler_build_info"]
+    assert dict(build)["version"] == "0.1.0"

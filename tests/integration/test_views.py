@@ -223,11 +223,55 @@ def test_tables_are_aligned_for_people(database_url: str) -> None:
     result = invoke(database_url, "runs", "--job", "billing")
     assert result.exit_code == 0, result.output
     header, *lines = result.stdout.splitlines()
-    assert header.split() == ["JOB", "PERIOD", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
+    assert header.split() == [
+        "JOB",
+        "PERIOD",
+        "STATUS",
+        "ORIGIN",
+        "ATTEMPT",
+        "NODE",
+        "DURATION",
+        "ERROR",
+    ]
     column = header.index("STATUS")
     assert all(line[column - 2 : column] == "  " for line in lines)
     assert "ValueError: third time unlucky" in lines[0]
+    origin = header.index("ORIGIN")
+    assert lines[0][origin:].split()[0] == "retry", "attempt 3 of a scheduled period"
+    assert lines[1][origin:].split()[0] == "schedule"
     assert "1.5s" in lines[1]
     jobs_text = invoke(database_url, "jobs").stdout
     assert "skipped (overlap)" not in jobs_text
     assert jobs_text.splitlines()[0].split()[:3] == ["JOB", "SCHEDULE", "ZONE"]
+
+
+@pytest.mark.usefixtures("history")
+def test_runs_show_finds_a_run_by_its_id_and_by_the_period_as_printed(
+    database_url: str, database: Database, history: dict[str, str]
+) -> None:
+    manual = T0 + timedelta(hours=5, microseconds=123_456)
+    seed.add_run(database, "billing", manual, "succeeded", origin="manual", finished_at=manual)
+    backfilled = T0 - timedelta(days=5)
+    seed.add_run(database, "billing", backfilled, "succeeded", origin="backfill")
+
+    by_id = as_json(database_url, "runs", "show", history["retried"])
+    assert (by_id["run"]["id"], by_id["run"]["attempt"]) == (history["retried"], 3)
+
+    table = invoke(database_url, "runs", "--job", "billing").stdout.splitlines()
+    origins = {line.split()[1]: line.split()[3] for line in table[1:]}
+    printed = "2025-06-10T08:00:00.123456Z"
+    assert origins[printed] == "manual"
+    assert origins["2025-06-05T03:00:00Z"] == "backfill"
+    assert origins["2025-06-11T03:00:00Z"] == "retry"
+    for period in (printed, "2025-06-10T08:00:00Z", "2025-06-10T08:00:00.123456+00:00"):
+        detail = as_json(database_url, "runs", "show", "billing", period)
+        assert detail["run"]["period"] == printed, period
+        assert detail["run"]["origin"] == "manual"
+
+    records = {record["period"]: record for record in as_json(database_url, "runs")}
+    assert records[printed]["retry"] is False
+    assert records["2025-06-11T03:00:00Z"]["retry"] is True
+
+    unknown = invoke(database_url, "runs", "show", "0" * 32)
+    assert unknown.exit_code == 2
+    assert unknown.stderr.startswith(f"error: no run with id {'0' * 32!r}")

@@ -11,18 +11,23 @@ BUCKETS = (0.01, 0.5, 1, 60)
 VALUES = {"a": [0.0, 0.01, 0.3, 0.5, 2.0, 61.0, 3600.0], "b": [1.0]}
 
 
-def _exposition(histogram_of: str) -> dict[str, float]:
+def _exposition(histogram_of: str, *, per_job: bool = True) -> dict[str, float]:
     registry = CollectorRegistry()
     if histogram_of == "ours":
-        ours = JobHistogram("lag_seconds", "doc", BUCKETS, registry)
+        ours = JobHistogram("lag_seconds", "doc", BUCKETS, registry, per_job=per_job)
         for job, values in VALUES.items():
             for value in values:
                 ours.observe(job, value)
-    else:
+    elif per_job:
         theirs = Histogram("lag_seconds", "doc", ["job"], buckets=BUCKETS, registry=registry)
         for job, values in VALUES.items():
             for value in values:
                 theirs.labels(job).observe(value)
+    else:
+        shared = Histogram("lag_seconds", "doc", buckets=BUCKETS, registry=registry)
+        for values in VALUES.values():
+            for value in values:
+                shared.observe(value)
     series: dict[str, float] = {}
     for line in generate_latest(registry).decode().splitlines():
         if line.startswith("#") or "_created" in line:
@@ -49,3 +54,10 @@ def test_a_job_without_observations_has_no_series() -> None:
     text = generate_latest(registry).decode()
     assert "lag_seconds_count" not in text
     assert "# TYPE lag_seconds histogram" in text
+
+
+def test_by_default_every_job_shares_one_unlabelled_histogram() -> None:
+    shared = _exposition("ours", per_job=False)
+    assert shared == _exposition("theirs", per_job=False)
+    assert shared["lag_seconds_count"] == 8
+    assert not [series for series in shared if "job=" in series]

@@ -1,0 +1,326 @@
+"""What the operator commands do to a running fleet, as Python: for an application's admin
+page, a script or a test, without a subprocess.
+
+```python
+from scheduler.admin import Admin
+
+with Admin("postgresql://app@db/app") as admin:
+    admin.pause("billing")
+    failed = admin.runs(job="billing", status="failed", since="1d")
+    report = admin.check()
+```
+
+The CLI's `pause`, `resume`, `trigger`, `rerun`, `backfill`, `runs`, `runs show` and
+`check` call these same methods, so a mistake raises the `UserError` whose one-line
+message the CLI prints. Inputs may be given as the CLI
+takes them (`"2026-11-30T03:00:00Z"`, `"1d"`) or as `datetime` and `timedelta`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from scheduler import check as checking
+from scheduler import repair
+from scheduler.config import DEFAULT_GRACE, node_identity, parse_instant, parse_option_duration
+from scheduler.errors import UserError
+from scheduler.oneshot import Foreground
+from scheduler.registry import Job
+from scheduler.repair import Step
+from scheduler.states import RunStatus
+from scheduler.store import items as ledger
+from scheduler.store import jobs as job_rows
+from scheduler.store import migrate as migrations
+from scheduler.store import queries
+from scheduler.store.database import Database, open_database
+from scheduler.store.items import ItemRow
+from scheduler.store.queries import AttemptRow, RunRow
+from scheduler.views import iso
+
+Instant = datetime | str
+Span = timedelta | str
+# A period copied to the second finds the one run within that second (a manual run's
+# period has microseconds that a table to the second leaves out).
+SECOND = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run and the attempts recorded for it (the current one may be missing)."""
+
+    run: RunRow
+    attempts: list[AttemptRow]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run that `trigger` or `rerun` ran here ended."""
+
+    run_id: str
+    job: str
+    period: datetime
+    status: str
+    succeeded: bool
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What `backfill` planned for each period of the range, and how its runs ended."""
+
+    steps: list[Step]
+    succeeded: int = 0
+    failed: int = 0
+    interrupted: bool = False
+
+
+class Admin:
+    """The scheduler's database as an operator sees it; give a URL or an open `Database`.
+
+    A URL is opened here and closed by `close()` (or the `with` block); a `Database`
+    stays the caller's. Either way the schema must be the one this version needs.
+    """
+
+    def __init__(self, database: Database | str) -> None:
+        self._owned = isinstance(database, str)
+        self.database = (
+            open_database(database, connections=2) if isinstance(database, str) else database
+        )
+        try:
+            migrations.require_current_schema(self.database)
+        except UserError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._owned:
+            self.database.dispose()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- what happened ------------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        job: str | Iterable[str] = (),
+        status: str | Iterable[str] = (),
+        since: Instant | Span | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Runs, newest period first; `since` is an instant or a span back from now."""
+        statuses = _names(status)
+        unknown = sorted(set(statuses) - set(RunStatus))
+        if unknown:
+            known = ", ".join(RunStatus)
+            raise UserError(f"--status: {unknown[0]!r} is not a run status (known: {known})")
+        if limit < 1:
+            raise UserError(f"--limit: {limit} is not a positive number")
+        return queries.list_runs(
+            self.database,
+            jobs=_names(job),
+            statuses=statuses,
+            since=self._since(since),
+            limit=limit,
+        )
+
+    def run(self, run: str, period: Instant | None = None) -> RunDetail:
+        """One run: by its id (`run_id` in every log line), or by job and period."""
+        found = self._find(run, period)
+        return RunDetail(found, queries.attempts_of(self.database, found.id))
+
+    def check(self, *, job: str | Iterable[str] = (), window: Span = "1d") -> checking.Report:
+        """What `scheduler check` reports; `report.ok` is its exit status."""
+        span = _span("--window", window)
+        return checking.gather(self.database, names=_names(job), window=span)
+
+    def stuck_items(self, job: str | None = None, *, limit: int = 100) -> list[ItemRow]:
+        """Items claimed by an attempt that ended without finishing them, of every job or
+        of one, most recently claimed first."""
+        return ledger.list_items(self.database, job, stuck_only=True, limit=limit)
+
+    # -- changing the fleet -----------------------------------------------------------
+
+    def pause(self, job: str) -> None:
+        """Pause the job on every node: its periods are recorded skipped (reason paused)."""
+        self._set_paused(job, paused=True)
+
+    def resume(self, job: str) -> None:
+        """Resume the job; the periods that passed while it was paused are not caught up."""
+        self._set_paused(job, paused=False)
+
+    def trigger(
+        self,
+        job: Job,
+        *,
+        node_name: str | None = None,
+        grace: Span = DEFAULT_GRACE,
+        stop: threading.Event | None = None,
+    ) -> Outcome:
+        """Run the job now, here, as a manual run; returns when it (and its retries) ended.
+
+        `node_name` and `grace` are the CLI's `--node-name` and `--grace`; setting `stop`
+        ends the run early, as SIGTERM does for the CLI.
+        """
+        foreground = self._foreground(job, node_name, grace, stop)
+        foreground.open()
+        try:
+            claim = repair.trigger(foreground)
+            foreground.run(claim)
+        finally:
+            foreground.close()
+        return self._outcome(job.name, claim.period)
+
+    def rerun(
+        self,
+        job: Job,
+        period: Instant,
+        *,
+        force: bool = False,
+        node_name: str | None = None,
+        grace: Span = DEFAULT_GRACE,
+        stop: threading.Event | None = None,
+    ) -> Outcome:
+        """Run a period again as its next attempt; a succeeded one only with `force`."""
+        moment = _instant("PERIOD", period)
+        foreground = self._foreground(job, node_name, grace, stop)
+        target = repair.rerun_target(foreground, moment, force=force)
+        foreground.open()
+        try:
+            claim = repair.rerun(foreground, target)
+            if claim is None:
+                raise UserError(f"job {job.name!r}: PERIOD: {_iso(moment)} changed meanwhile")
+            foreground.run(claim)
+        finally:
+            foreground.close()
+        return self._outcome(job.name, claim.period)
+
+    def backfill(
+        self,
+        job: Job,
+        start: Instant,
+        end: Instant,
+        *,
+        include_failed: bool = False,
+        dry_run: bool = False,
+        node_name: str | None = None,
+        grace: Span = DEFAULT_GRACE,
+        stop: threading.Event | None = None,
+    ) -> Backfill:
+        """Run the periods from `start` to `end` that never succeeded, oldest first (or,
+        with `dry_run`, only plan them)."""
+        first, last = _instant("--from", start), _instant("--to", end)
+        foreground = self._foreground(job, node_name, grace, stop)
+        steps = repair.backfill_steps(foreground, first, last, include_failed=include_failed)
+        if dry_run:
+            return Backfill(steps)
+        foreground.open()
+        try:
+            succeeded, failed = repair.run_backfill(foreground, steps)
+            interrupted = foreground.stopped
+        finally:
+            foreground.close()
+        foreground.log.info(
+            "backfill_finished", succeeded=succeeded, failed=failed, interrupted=interrupted
+        )
+        return Backfill(steps, succeeded, failed, interrupted)
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _foreground(
+        self, job: Job, node_name: str | None, grace: Span, stop: threading.Event | None
+    ) -> Foreground:
+        """This process as a one-shot node for `job` (the `@job` function); nothing
+        written yet."""
+        if not isinstance(job, Job):
+            raise UserError(f"job {job!r}: give the @job function itself, not its name")
+        return Foreground(
+            self.database,
+            job,
+            node_identity(node_name),
+            _span("--grace", grace),
+            stop or threading.Event(),
+        )
+
+    def _outcome(self, job: str, period: datetime) -> Outcome:
+        row = queries.run_at(self.database, job, period)
+        assert row is not None, "a run this process claimed has a row"
+        status = row.status
+        return Outcome(row.id, job, period, status, status == RunStatus.SUCCEEDED)
+
+    def _set_paused(self, job: str, *, paused: bool) -> None:
+        if not job_rows.set_paused(self.database, job, paused=paused):
+            raise UserError(
+                f"job {job!r}: name: unknown to this database "
+                "(a node registers a job when it starts)"
+            )
+
+    def _since(self, since: Instant | Span | None) -> datetime | None:
+        if since is None:
+            return None
+        if isinstance(since, datetime):
+            return _instant("--since", since)
+        if isinstance(since, timedelta):
+            return queries.clock(self.database) - since
+        try:
+            span = parse_option_duration("--since", since)
+        except UserError:
+            return _instant("--since", since)
+        return queries.clock(self.database) - span
+
+    def _find(self, run: str, period: Instant | None) -> RunRow:
+        if period is None:
+            found = queries.run_by_id(self.database, run)
+            if found is None:
+                raise UserError(
+                    f"no run with id {run!r} (give the run_id of a log line, or JOB PERIOD)"
+                )
+            return found
+        moment = _instant("PERIOD", period)
+        found = queries.run_at(self.database, run, moment)
+        if found is not None or moment.microsecond:
+            if found is None:
+                raise UserError(f"no run of job {run!r} for period {_iso(moment)}")
+            return found
+        within = queries.runs_within(self.database, run, moment, moment + SECOND)
+        if len(within) == 1:
+            return within[0]
+        if within:
+            periods = ", ".join(_iso(row.period) for row in within)
+            raise UserError(
+                f"job {run!r}: PERIOD: {len(within)} runs within {_iso(moment)}: {periods}; "
+                "give one in full"
+            )
+        raise UserError(f"no run of job {run!r} for period {_iso(moment)}")
+
+
+def _names(value: str | Iterable[str]) -> Sequence[str]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _instant(option: str, value: Instant) -> datetime:
+    """An instant as the CLI reads it; a naive datetime is UTC, as a time without an
+    offset is."""
+    if not isinstance(value, datetime):
+        return parse_instant(option, value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _span(option: str, value: Span) -> timedelta:
+    return value if isinstance(value, timedelta) else parse_option_duration(option, value)
+
+
+def _iso(moment: datetime) -> str:
+    return iso(moment) or ""
