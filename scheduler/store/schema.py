@@ -173,6 +173,10 @@ nodes = Table(
     # Which jobs the node runs (a digest of names and schedules): nodes with the same
     # digest share out the periods due at one instant (see scheduler/shares.py).
     Column("jobs_digest", String(64)),
+    # PostgreSQL, direct connection: the key of the session advisory lock the node holds
+    # on a connection of its own for as long as it lives. Its absence from pg_locks means
+    # the node is gone (its runs are retaken at once). NULL: the lease alone decides.
+    Column("liveness_key", Integer),
 )
 
 items = Table(
