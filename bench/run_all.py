@@ -30,6 +30,7 @@ from bench import (
     e_idle,
     f_failover,
     g_startup,
+    h_holder_killed,
     harness,
 )
 
@@ -43,6 +44,7 @@ SCENARIOS = [
         e_idle,
         f_failover,
         g_startup,
+        h_holder_killed,
     )
 ]
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"

@@ -30,8 +30,9 @@ from scheduler.config import (
     parse_jobs_option,
     parse_option_duration,
 )
-from scheduler.daemon import Daemon, DaemonSettings
+from scheduler.daemon import SIDE_CONNECTIONS, Daemon, DaemonSettings
 from scheduler.errors import SchemaOutdatedError, UserError
+from scheduler.liveness import Mode as LivenessMode
 from scheduler.registry import Job, importable, load_jobs
 from scheduler.retention import parse_retention
 from scheduler.store import migrate as migrations
@@ -172,12 +173,24 @@ def load_job_modules(jobs_modules: str) -> dict[str, Job]:
 
 
 def prepare(
-    database_url: str, jobs_modules: str, log_format: str, log_level: str, *, migrate_first: bool
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    *,
+    migrate_first: bool,
+    connections: int = 10,
+    application_name: str = "scheduler",
 ) -> tuple[Database, dict[str, Job]]:
     """Everything that may refuse bad input, before anything is written."""
     logs.configure(logs.LogFormat(log_format), log_level)
     jobs = load_job_modules(jobs_modules)
-    database = open_database(database_url, must_exist=not migrate_first)
+    database = open_database(
+        database_url,
+        must_exist=not migrate_first,
+        connections=connections,
+        application_name=application_name,
+    )
     # Job code sees the database this command uses, flag or variable (jobs/app.py reads it).
     os.environ["SCHEDULER_DATABASE_URL"] = database_url
     if migrate_first:
@@ -247,6 +260,17 @@ def prepare(
     show_envvar=True,
     help="Prune runs and done items older than this (90d) at start and hourly [default: off].",
 )
+@click.option(
+    "--liveness",
+    envvar="SCHEDULER_LIVENESS",
+    type=click.Choice([mode.value for mode in LivenessMode]),
+    default=LivenessMode.AUTO.value,
+    show_default=True,
+    show_envvar=True,
+    help="How others learn this node died: session (a lock on a direct PostgreSQL "
+    "connection, about a second), lease (the lease runs out), auto (session unless a "
+    "pooler may sit in between).",
+)
 def run(
     *,
     database_url: str,
@@ -262,6 +286,7 @@ def run(
     http: str | None,
     metrics_per_job: bool,
     retention: str | None,
+    liveness: str,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
     server = operations_http.bind(http)  # a busy port is refused before anything is written
@@ -272,12 +297,20 @@ def run(
         recovery_interval=parse_option_duration("--recovery-interval", recovery_interval),
         catchup_interval=parse_option_duration("--catchup-interval", catchup_interval),
         retention=parse_retention("--retention", retention) if retention else None,
+        liveness=LivenessMode(liveness),
     )
+    node = node_identity(node_name)
     database, jobs = prepare(
-        database_url, jobs_modules, log_format, log_level, migrate_first=migrate_first
+        database_url,
+        jobs_modules,
+        log_format,
+        log_level,
+        migrate_first=migrate_first,
+        connections=workers + SIDE_CONNECTIONS,
+        application_name=f"scheduler {node.name}",
     )
     catalog.register(database, jobs)
-    daemon = Daemon(database, jobs, node_identity(node_name), settings)
+    daemon = Daemon(database, jobs, node, settings)
     install_signal_handlers(daemon.request_stop)
     if server is not None:
         server.start(database, daemon.keeper)

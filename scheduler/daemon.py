@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,11 +23,13 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import metrics
+from scheduler import liveness, metrics
 from scheduler.backlog import CatchUp, CatchUpLoop
 from scheduler.clock import Clock
 from scheduler.dispatch import Dispatcher
 from scheduler.keeper import Keeper
+from scheduler.liveness import Liveness
+from scheduler.liveness import Mode as LivenessMode
 from scheduler.policy import Overlap
 from scheduler.recovery import Recovery
 from scheduler.registry import Job
@@ -53,6 +55,15 @@ OVERLAP_LIMITS = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: None}
 # collecting every 700 allocations cost 60 µs a run (bench/run_path: 0.85 s of
 # collections for 10,000 runs, 0.23 s at 20,000).
 GC_YOUNG_THRESHOLD = 20_000
+# Connections a node needs beside one per worker: heartbeat, recovery, catch-up, the
+# loop's claims, starter, outcome writer, pruner, HTTP probes and metrics.
+SIDE_CONNECTIONS = 10
+# A database call of the heartbeat or the run path may take at most half the shortest
+# lease (and never less than this, nor more than the cap): it cannot block past a lease.
+CALL_TIMEOUT_MIN_S = 1.0
+CALL_TIMEOUT_MAX_S = 15.0
+# Catch-up passes and prunes write thousands of rows a statement: they get longer.
+BULK_CALL_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,13 @@ class DaemonSettings:
     catchup_interval: timedelta = DEFAULT_CATCHUP_INTERVAL
     # Prune history older than this now and then; None keeps everything.
     retention: timedelta | None = None
+    liveness: LivenessMode = LivenessMode.AUTO
+
+
+def call_timeout(jobs: Iterable[Job]) -> float:
+    """The deadline of each database call of a node that runs these jobs."""
+    shortest = min((job.policy.lease.total_seconds() for job in jobs), default=30.0)
+    return min(CALL_TIMEOUT_MAX_S, max(CALL_TIMEOUT_MIN_S, shortest / 2))
 
 
 def due_for(job: Job, period: datetime) -> Due:
@@ -83,10 +101,13 @@ class Daemon:
         node: NodeIdentity,
         settings: DaemonSettings,
     ) -> None:
+        database = database.bounded(call_timeout(jobs.values()))
+        bulk = database.bounded(BULK_CALL_TIMEOUT_S)
         self._database = database
         self._jobs = jobs
         self._node = node
         self._settings = settings
+        self._liveness: Liveness | None = None
         self._stop = threading.Event()
         self._clock = Clock()
         self._retrying = False
@@ -116,10 +137,11 @@ class Daemon:
             interval=settings.recovery_interval.total_seconds(),
             stop=self._stop,
             log=self._log,
+            shares=self.shares,
         )
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
-                database,
+                bulk,
                 jobs,
                 node.id,
                 self.dispatcher.submit,
@@ -133,7 +155,7 @@ class Daemon:
             log=self._log,
         )
         self._pruner = (
-            Pruner(database=database, retention=settings.retention, stop=self._stop, log=self._log)
+            Pruner(database=bulk, retention=settings.retention, stop=self._stop, log=self._log)
             if settings.retention
             else None
         )
@@ -144,7 +166,11 @@ class Daemon:
     def run(self) -> int:
         """Serve until asked to stop; return how many runs were abandoned at shutdown."""
         tune_garbage_collection()
-        nodes.register(self._database, self._node, jobs_digest(self._jobs.values()))
+        key = self._take_liveness()
+        self._supersede_earlier()
+        nodes.register(self._database, self._node, jobs_digest(self._jobs.values()), key)
+        if self._liveness is not None:
+            self._liveness.start()
         self.keeper.calibrate()
         self.keeper.find_peers()
         self._log.info(
@@ -164,6 +190,36 @@ class Daemon:
         finally:
             abandoned = self._shutdown()
         return abandoned
+
+    def _take_liveness(self) -> int | None:
+        """Bind this node's liveness to a session lock where the database allows it;
+        the key to write in its row, or None when the lease alone decides."""
+        mode, why = liveness.choose(self._database, self._settings.liveness)
+        self._log.info("liveness_mode", mode=mode.value, why=why)
+        if mode is not LivenessMode.SESSION:
+            return None
+        lock = liveness.SessionLock(self._database.engine.url, f"scheduler {self._node.name}")
+        key = lock.connect()
+        self._liveness = Liveness(
+            database=self._database,
+            node_id=self._node.id,
+            lock=lock,
+            lost=self.dispatcher.lose_all,
+            log=self._log,
+        )
+        return key
+
+    def _supersede_earlier(self) -> None:
+        """An earlier incarnation of this node (same name and host) that died without
+        saying so is dead for sure: mark it stopped and let its runs be taken at once."""
+        dead = [
+            previous.id
+            for previous in nodes.earlier_incarnations(self._database, self._node)
+            if nodes.is_dead(previous, self._node)
+        ]
+        if dead:
+            released = nodes.supersede(self._database, dead)
+            self._log.warning("node_superseded", earlier=dead, runs_released=released)
 
     def _loop(self) -> None:
         timeline = Timeline(self._jobs.values(), self._live_since)
@@ -301,12 +357,15 @@ class Daemon:
         return abandoned
 
     def _leave(self) -> None:
-        """The drain is over: stop renewing and say this node is gone."""
+        """The drain is over: stop renewing and say this node is gone (its liveness lock
+        goes last, once its row says it stopped)."""
         self.keeper.stop()
         try:
             nodes.mark_stopped(self._database, self._node.id)
         except SQLAlchemyError as error:
             self._log.warning("node_stop_unrecorded", error=describe_fault(error))
+        if self._liveness is not None:
+            self._liveness.close()
 
 
 def tune_garbage_collection() -> None:

@@ -449,6 +449,13 @@ class Dispatcher:
         else:
             self._persist(log, partial(runs.release, self._database, claim), False)
 
+    def lose_all(self) -> None:
+        """Every lease may be gone (the node's liveness lock is): give every run up."""
+        with self._lock:
+            keys = [key for key, a in self._active.items() if a.phase is not Phase.RECORDING]
+        for key in keys:
+            self.lose(key)
+
     def lose(self, key: RunKey) -> None:
         """The lease is gone, or may be gone by now: the job must stop; its child process is
         killed, its items and checkpoints refused, and its outcome write will be refused."""

@@ -2,11 +2,18 @@
 
 It sleeps until the earliest lease expiry or retry by the database clock (at most
 `interval`), so a dead node's run is retaken right after its lease ends.
+
+On PostgreSQL it also looks, each pass, for nodes whose liveness lock is gone (their
+process ended): once a node has been gone for NOTICE_S (time for a live holder whose
+session merely dropped to notice and give its runs up first), their leases are ended
+and its runs taken over in the same pass, and its share of the due periods is claimed
+by the others from then on.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -14,19 +21,30 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.dispatch import Dispatcher
 from scheduler.registry import Job
+from scheduler.shares import Shares
 from scheduler.states import RunStatus
-from scheduler.store import runs
+from scheduler.store import nodes, runs
 from scheduler.store.database import Database, describe_fault
 from scheduler.store.runs import Stale
 from scheduler.supervision import SideThread
 
 # A run whose node died may be taken over this many times beyond its retries, so
-# that a job which kills its node every time does not loop for ever.
-CRASH_ALLOWANCE = 2
+# that a job which kills its node every time does not loop for ever. From the second
+# such loss on, the run waits before it is taken again, twice as long each time: a job
+# that kills its node cannot take a fleet down in a tight loop, and a node that an
+# outside cause kills again and again (a crash loop) costs a period no more than the
+# backoff, as its later incarnations leave the run alone until then.
+CRASH_ALLOWANCE = 5
+CRASH_BACKOFF_S = 5.0
+CRASH_BACKOFF_MAX_S = 600.0
 BATCH = 100
 # Waking a little after the deadline keeps a pass from finding a lease that is
 # still valid by a few milliseconds.
 SETTLE_S = 0.05
+# How long a node's liveness lock must have been gone before its runs are taken: a
+# holder whose session ended while it lives hears of it at once (its socket closes)
+# and gives its runs up in milliseconds.
+NOTICE_S = 0.5
 
 
 class Recovery(SideThread):
@@ -40,6 +58,7 @@ class Recovery(SideThread):
         interval: float,
         stop: threading.Event,
         log: FilteringBoundLogger,
+        shares: Shares | None = None,
     ) -> None:
         super().__init__("recovery", stop, log)
         self._database = database
@@ -48,17 +67,47 @@ class Recovery(SideThread):
         self._names = frozenset(jobs)
         self._node_id = node_id
         self._interval = interval
+        self._shares = shares
+        # Nodes seen gone, and since when (this process's monotonic clock).
+        self._gone_since: dict[str, float] = {}
+        self._released: set[str] = set()
 
     def step(self) -> float:
         """Retake what is due; return how long to sleep before the next pass."""
         try:
+            waiting = self.find_gone()
             while self.recover_once() == BATCH and not self._stop.is_set():
                 pass
             due_in = runs.seconds_until_recovery(self._database, None)
         except SQLAlchemyError as error:
             self._log.warning("recovery_failed", error=describe_fault(error))
             return self._interval
-        return self._interval if due_in is None else min(self._interval, due_in + SETTLE_S)
+        sleep = self._interval if due_in is None else min(self._interval, due_in + SETTLE_S)
+        return min(sleep, waiting) if waiting is not None else sleep
+
+    def find_gone(self) -> float | None:
+        """Release the runs of nodes gone for NOTICE_S; how long until the next may ripen."""
+        gone = set(nodes.gone(self._database))
+        moment = time.monotonic()
+        self._gone_since = {node: self._gone_since.get(node, moment) for node in gone}
+        self._released &= gone
+        if gone and self._shares is not None:
+            self._shares.drop(gone)
+        ripe = [
+            node
+            for node, since in self._gone_since.items()
+            if moment - since >= NOTICE_S and node not in self._released
+        ]
+        if ripe:
+            released = nodes.release_runs_of(self._database, ripe)
+            self._released |= set(ripe)
+            self._log.warning("nodes_lost", lost=sorted(ripe), runs_released=released)
+        unripe = [
+            since + NOTICE_S - moment
+            for node, since in self._gone_since.items()
+            if node not in self._released
+        ]
+        return max(0.0, min(unripe)) if unripe else None
 
     def recover_once(self) -> int:
         """One batch: retake each stale run this node may take; return how many were found."""
@@ -78,6 +127,15 @@ class Recovery(SideThread):
             if runs.give_up(self._database, run):
                 log.error("run_given_up", attempt=run.attempt, status=run.status.value)
             return
+        if run.expired and run.status is RunStatus.RUNNING:
+            crash = runs.crashes_of(self._database, run.id) + 1
+            if crash >= 2:
+                wait = min(CRASH_BACKOFF_MAX_S, CRASH_BACKOFF_S * 2 ** (crash - 2))
+                if runs.park(self._database, run, wait):
+                    log.warning(
+                        "run_crashed_again", attempt=run.attempt, crashes=crash, retry_in_s=wait
+                    )
+                return
         claim = runs.retake(self._database, run, self._node_id)
         if claim is None:
             return

@@ -52,6 +52,14 @@ class Shares:
             if ordered != self._peers:
                 self._peers, self._owned = ordered, {}
 
+    def drop(self, gone: set[str]) -> None:
+        """Nodes found dead between heartbeats: their shares are claimed from now on."""
+        with self._lock:
+            peers = self._peers
+        left = [peer for peer in peers if peer not in gone]
+        if len(left) != len(peers):
+            self.update(left)
+
     def mine(self, job: str) -> bool:
         with self._lock:
             peers, owned = self._peers, self._owned

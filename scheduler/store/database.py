@@ -13,6 +13,7 @@ stalling every node behind its locks.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.sql.expression import ColumnElement
 
 from scheduler.errors import UserError
+from scheduler.store.deadlines import WATCH
 from scheduler.store.schema import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -37,6 +39,11 @@ CONNECT_TIMEOUT_S = 5
 LOCK_TIMEOUT_S = 2.0
 IDLE_IN_TRANSACTION_S = 5.0
 STATEMENT_TIMEOUT_S = 60.0
+# TCP keepalives and the user timeout of PostgreSQL connections (libpq settings).
+KEEPALIVE_IDLE_S = 5
+KEEPALIVE_INTERVAL_S = 2
+KEEPALIVE_COUNT = 3
+TCP_USER_TIMEOUT_MS = 10_000
 # Connections a pool keeps open between uses; more are opened for bursts and closed after.
 POOL_KEPT = 5
 # What hosting platforms hand out (`postgres://`, Heroku and others) is PostgreSQL too.
@@ -82,9 +89,20 @@ class Guarded:
 
 @dataclass(frozen=True)
 class Database:
-    """An engine plus what differs between backends; the store's handle on everything."""
+    """An engine plus what differs between backends; the store's handle on everything.
+
+    `call_timeout`: no transaction or statement of this handle may take longer; past
+    it the call's connection is cut from this side (see `store.deadlines`) and the call
+    fails like any other fault. A node sets it below its leases, so that no call of its
+    heartbeat or run path can block past a lease; None waits as long as the server.
+    """
 
     engine: Engine
+    call_timeout: float | None = None
+
+    def bounded(self, seconds: float | None) -> Database:
+        """The same database, with another deadline for each call."""
+        return Database(self.engine, seconds)
 
     @property
     def is_postgres(self) -> bool:
@@ -132,8 +150,14 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        with self.engine.begin() as connection:
+        # The watch covers the COMMIT too (the begin block ends inside it).
+        with self.engine.connect() as connection, self._watched(connection), connection.begin():
             yield connection
+
+    def _watched(self, connection: Connection) -> contextlib.AbstractContextManager[None]:
+        if not self.is_postgres:
+            return contextlib.nullcontext()
+        return WATCH.watching(connection.connection.dbapi_connection, self.call_timeout)
 
     @contextmanager
     def guarded(self, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Iterator[Guarded]:
@@ -145,7 +169,7 @@ class Database:
         session and its locks after IDLE_IN_TRANSACTION_S. It also reads the clock.
         SQLite's single writer lock is bounded by its busy timeout instead.
         """
-        with self.engine.begin() as connection:
+        with self.engine.connect() as connection, self._watched(connection), connection.begin():
             if not self.is_postgres:
                 yield Guarded(connection, datetime.now(UTC))
                 return
@@ -168,20 +192,20 @@ class Database:
     def autocommit(self) -> Iterator[Connection]:
         """Each statement its own transaction: one round trip instead of BEGIN, the
         statement and COMMIT, for writes that are a single statement anyway."""
-        with self.engine.connect() as connection:
+        with self.engine.connect() as connection, self._watched(connection):
             yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
     def read_clock(self) -> datetime:
         """The database's current time, to measure this host's clock against."""
         if not self.is_postgres:
             return datetime.now(UTC)
-        with self.engine.connect() as connection:
+        with self.engine.connect() as connection, self._watched(connection):
             moment = connection.execute(text("SELECT statement_timestamp()")).scalar_one()
         assert isinstance(moment, datetime)
         return moment.astimezone(UTC)
 
     def ping(self) -> None:
-        with self.engine.connect() as connection:
+        with self.engine.connect() as connection, self._watched(connection):
             connection.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
@@ -213,6 +237,14 @@ def open_database(
             pool_recycle=1800,
             connect_args={
                 "connect_timeout": CONNECT_TIMEOUT_S,
+                # A peer that vanished without closing (a partition, a dead host) is
+                # found by the kernel: keepalives when idle, and a bound on how long
+                # sent data may stay unacknowledged.
+                "keepalives": 1,
+                "keepalives_idle": KEEPALIVE_IDLE_S,
+                "keepalives_interval": KEEPALIVE_INTERVAL_S,
+                "keepalives_count": KEEPALIVE_COUNT,
+                "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
                 # pg_stat_activity shows which node a session belongs to.
                 "application_name": application_name[:63],
                 # No server-side prepared statements: behind PgBouncer in transaction

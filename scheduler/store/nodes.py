@@ -1,13 +1,29 @@
-"""The nodes table: who is alive, since when, and on which version."""
+"""The nodes table: who is alive, since when, and on which version.
+
+On PostgreSQL a node may bind its liveness to a session advisory lock it holds on a
+connection of its own (`liveness_key`): when the process dies the server ends that
+session and the lock is gone from `pg_locks`, so the others know within a second,
+not a lease. Correctness never depends on it; it only lets a dead node's runs be
+taken over sooner (their leases are ended at once), and keeps it out of the peers.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, bindparam, exists, select, text, update
 
 from scheduler.store.database import Database
-from scheduler.store.schema import nodes
+from scheduler.store.schema import nodes, runs
+
+# The first half of every liveness lock's key (`pg_advisory_lock(int4, int4)`): "schd".
+LIVENESS_NAMESPACE = int.from_bytes(b"schd", "big")
+# A node gone for longer than this (no heartbeat since) is no longer looked for: its
+# runs were released when it went, or, if no node was alive to see it go, when a node
+# started with its name, or when their leases ran out.
+GONE_LOOKBACK_S = 600
 
 
 @dataclass(frozen=True)
@@ -19,7 +35,9 @@ class NodeIdentity:
     version: str
 
 
-def register(database: Database, node: NodeIdentity, jobs_digest: str) -> None:
+def register(
+    database: Database, node: NodeIdentity, jobs_digest: str, liveness_key: int | None = None
+) -> None:
     """Insert this node's row, or revive it if the id was used before."""
     now = database.now()
     statement = (
@@ -34,6 +52,7 @@ def register(database: Database, node: NodeIdentity, jobs_digest: str) -> None:
             heartbeat_at=now,
             stopped_at=None,
             jobs_digest=jobs_digest,
+            liveness_key=liveness_key,
         )
         .on_conflict_do_update(
             index_elements=["id"],
@@ -42,11 +61,19 @@ def register(database: Database, node: NodeIdentity, jobs_digest: str) -> None:
                 "heartbeat_at": now,
                 "stopped_at": None,
                 "jobs_digest": jobs_digest,
+                "liveness_key": liveness_key,
             },
         )
     )
     with database.transaction() as connection:
         connection.execute(statement)
+
+
+def set_liveness(database: Database, node_id: str, key: int | None) -> None:
+    """The node holds its liveness lock under a new key (after losing the old one), or
+    none: the lease alone decides whether it lives."""
+    with database.transaction() as connection:
+        connection.execute(update(nodes).where(nodes.c.id == node_id).values(liveness_key=key))
 
 
 def heartbeat(database: Database, node_id: str) -> None:
@@ -56,21 +83,134 @@ def heartbeat(database: Database, node_id: str) -> None:
         )
 
 
+def _lock_held() -> ColumnElement[bool]:
+    """The node row's liveness lock is held in this database (PostgreSQL only)."""
+    return exists(
+        select(text("1"))
+        .select_from(text("pg_locks AS lock"))
+        .where(
+            text(
+                "lock.locktype = 'advisory' AND lock.granted AND lock.objsubid = 2"
+                " AND lock.database = (SELECT oid FROM pg_database"
+                "                      WHERE datname = current_database())"
+                " AND lock.classid = CAST(:namespace AS oid)"
+                " AND lock.objid = CAST(scheduler_nodes.liveness_key AS oid)"
+            ).bindparams(namespace=LIVENESS_NAMESPACE)
+        )
+    )
+
+
+def _gone() -> ColumnElement[bool]:
+    """A running node that bound its liveness to a lock it no longer holds."""
+    return and_(nodes.c.stopped_at.is_(None), nodes.c.liveness_key.is_not(None), ~_lock_held())
+
+
 def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
     """Ids of the running nodes (this one included) that run the same jobs as this one
-    and sent a heartbeat within `alive_within` seconds, in id order."""
+    and sent a heartbeat within `alive_within` seconds, in id order; none whose
+    liveness lock is gone."""
     digest = select(nodes.c.jobs_digest).where(nodes.c.id == node_id).scalar_subquery()
-    statement = (
-        select(nodes.c.id)
-        .where(
-            nodes.c.jobs_digest == digest,
-            nodes.c.stopped_at.is_(None),
-            nodes.c.heartbeat_at >= database.now_plus(-alive_within),
-        )
-        .order_by(nodes.c.id)
-    )
+    conditions = [
+        nodes.c.jobs_digest == digest,
+        nodes.c.stopped_at.is_(None),
+        nodes.c.heartbeat_at >= database.now_plus(-alive_within),
+    ]
+    if database.is_postgres:
+        conditions.append(~_gone())
+    statement = select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
     with database.transaction() as connection:
         return list(connection.execute(statement).scalars())
+
+
+def gone(database: Database) -> list[str]:
+    """The nodes whose liveness lock has disappeared: their process has most likely
+    ended (PostgreSQL; elsewhere nothing is known before a lease runs out)."""
+    if not database.is_postgres:
+        return []
+    recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
+    with database.transaction() as connection:
+        return list(connection.execute(select(nodes.c.id).where(_gone(), recent)).scalars())
+
+
+def release_runs_of(database: Database, holders: Collection[str]) -> int:
+    """End the leases of every run these nodes hold, if their liveness lock is still
+    gone: the recovery loop takes the runs over at once. Returns how many."""
+    if not holders or not database.is_postgres:
+        return 0
+    now = database.now()
+    dead = select(nodes.c.id).where(nodes.c.id.in_(sorted(holders)), _gone())
+    statement = (
+        update(runs)
+        .where(runs.c.holder.in_(dead), runs.c.lease_expires_at > now)
+        .values(lease_expires_at=now)
+    )
+    with database.transaction() as connection:
+        return int(connection.execute(statement).rowcount)
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """An earlier node with this node's name and host that never said it stopped."""
+
+    id: str
+    pid: int
+    liveness_key: int | None
+    lock_held: bool
+
+
+def earlier_incarnations(database: Database, node: NodeIdentity) -> list[Incarnation]:
+    """Rows of this node's name on this host, other than its own, still not stopped."""
+    held = _lock_held() if database.is_postgres else bindparam("held", False)
+    statement = select(nodes.c.id, nodes.c.pid, nodes.c.liveness_key, held.label("held")).where(
+        nodes.c.name == node.name,
+        nodes.c.host == node.host,
+        nodes.c.id != node.id,
+        nodes.c.stopped_at.is_(None),
+    )
+    with database.transaction() as connection:
+        return [
+            Incarnation(row.id, row.pid, row.liveness_key, bool(row.held))
+            for row in connection.execute(statement)
+        ]
+
+
+def is_dead(previous: Incarnation, node: NodeIdentity) -> bool:
+    """Whether an earlier incarnation on this host is surely gone: its liveness lock is
+    not held (if it had one), and its process is not running here, or has this
+    process's own id (a container restarted: pid 1 again)."""
+    if previous.liveness_key is not None and previous.lock_held:
+        return False
+    return previous.pid == node.pid or not _process_exists(previous.pid)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def supersede(database: Database, ids: Sequence[str]) -> int:
+    """Mark earlier, dead incarnations stopped and end the leases of their runs, so that
+    they are taken over at once. Returns how many runs were released."""
+    if not ids:
+        return 0
+    now = database.now()
+    with database.transaction() as connection:
+        connection.execute(
+            update(nodes)
+            .where(nodes.c.id.in_(list(ids)), nodes.c.stopped_at.is_(None))
+            .values(stopped_at=now)
+        )
+        released = connection.execute(
+            update(runs)
+            .where(runs.c.holder.in_(list(ids)), runs.c.lease_expires_at > now)
+            .values(lease_expires_at=now)
+        )
+    return int(released.rowcount)
 
 
 def mark_stopped(database: Database, node_id: str) -> None:

@@ -59,11 +59,17 @@ RunKey = tuple[str, int]
 _other = runs.alias("other")
 # The active statuses as SQL literals, for statements written as text.
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
-# A run occupies its job (for overlap and for one-at-a-time starts) while it is claimed
-# or running, or timed out with its function still running under a live lease.
+# A run occupies its job, so that a period falling due meanwhile is skipped (or queued)
+# for overlap, while it is claimed or running, or timed out with its function still
+# running, under a live lease, and is on time: a dead holder (its lease ran out, or was
+# ended when its node was found gone) costs the job's later periods nothing, nor does
+# the scheduler's own late work (a catch-up, a retry or a takeover of a scheduled
+# period): those periods wait behind it instead, one at a time, and since an on-time
+# period waiting so occupies the job, no more pile up than the policy allows.
 _OCCUPYING_SQL = (
-    f"(other.status IN ({_ACTIVE_SQL}) OR (other.status = 'timed_out'"
-    " AND other.lease_expires_at > statement_timestamp()))"
+    f"(other.status IN ({_ACTIVE_SQL}, 'timed_out')"
+    " AND other.lease_expires_at > statement_timestamp()"
+    " AND NOT (other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1)))"
 )
 
 
@@ -192,13 +198,21 @@ def claim(
             horizon = guarded.began + FUTURE_TOLERANCE
             ready = [item for item in chunk if item.period <= horizon]
             part.early.extend(item for item in chunk if item.period > horizon)
-            if database.is_postgres:
-                _insert_claims_postgres(connection, ready, holder, sent, part)
-            else:
-                for group in _statement_groups(ready):
-                    _insert_claims(database, connection, group, holder, sent=sent, result=part)
+            # Adopted rows belong to this batch: the others are not judged against them.
             if adopt:
                 _adopt(database, connection, ready, holder, sent=sent, result=part)
+            mine = {(claim.job, claim.period) for claim in part.won}
+            fresh = [item for item in ready if (item.job, item.period) not in mine]
+            ours = [claim.id for claim in part.won]
+            if database.is_postgres:
+                _insert_claims_postgres(
+                    connection, fresh, holder, sent=sent, result=part, ours=ours
+                )
+            else:
+                for group in _statement_groups(fresh):
+                    _insert_claims(
+                        database, connection, group, holder, sent=sent, result=part, ours=ours
+                    )
         result.won.extend(part.won)
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)
@@ -232,9 +246,16 @@ def _statement_groups(due: Sequence[Due]) -> Iterator[list[Due]]:
 
 
 def _occupying(now: ColumnElement[datetime]) -> ColumnElement[bool]:
-    return or_(
-        _other.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE]),
-        and_(_other.c.status == RunStatus.TIMED_OUT.value, _other.c.lease_expires_at > now),
+    """SQLite's form of _OCCUPYING_SQL."""
+    statuses = [*ACTIVE, RunStatus.TIMED_OUT.value]
+    late = or_(
+        _other.c.origin == Origin.CATCHUP.value,
+        and_(_other.c.origin == Origin.SCHEDULE.value, _other.c.attempt > 1),
+    )
+    return and_(
+        _other.c.status.in_([literal_column(f"'{status}'") for status in statuses]),
+        _other.c.lease_expires_at > now,
+        ~late,
     )
 
 
@@ -246,10 +267,12 @@ def _insert_claims(
     *,
     sent: float,
     result: ClaimResult,
+    ours: Sequence[str] = (),
 ) -> None:
     """SQLite: an executemany of one INSERT, each row judged by its own subquery. The
-    batch's own rows are left out of the overlap count (a JSON list of their ids, one
-    parameter for every row), as PostgreSQL's single statement cannot see them."""
+    batch's own rows (and `ours`, adopted into it) are left out of the overlap count (a
+    JSON list of their ids, one parameter for every row), as PostgreSQL's single
+    statement cannot see them."""
     if not due:
         return
     now = database.now()
@@ -298,7 +321,7 @@ def _insert_claims(
         .on_conflict_do_nothing(index_elements=["job", "period"])
         .returning(runs.c.id, runs.c.status, runs.c.reason)
     )
-    batch_ids = json.dumps(list(candidates))
+    batch_ids = json.dumps([*candidates, *ours])
     parameters = [
         {
             "id": run_id,
@@ -359,7 +382,7 @@ _CLAIM_POSTGRES = text(
             WHEN due.overlap_limit IS NOT NULL
                  AND (SELECT count(*) FROM {runs.name} AS other
                       WHERE other.job = due.job AND other.period <> due.period
-                        AND {_OCCUPYING_SQL}
+                        AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {_OCCUPYING_SQL}
                      ) >= due.overlap_limit THEN 'overlap'
         END AS reason
     ) AS verdict
@@ -371,7 +394,13 @@ _CLAIM_POSTGRES = text(
 
 
 def _insert_claims_postgres(
-    connection: Connection, due: list[Due], holder: str, sent: float, result: ClaimResult
+    connection: Connection,
+    due: list[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+    ours: Sequence[str],
 ) -> None:
     if not due:
         return
@@ -380,6 +409,7 @@ def _insert_claims_postgres(
         _CLAIM_POSTGRES,
         {
             "holder": holder,
+            "ours": list(ours),
             "tolerance": FUTURE_TOLERANCE.total_seconds(),
             "ids": list(candidates),
             "jobs": [item.job for item in due],
@@ -403,8 +433,7 @@ def _adopt(
 ) -> None:
     """Add to `won` the periods of `due` that this holder claimed before without hearing
     back: a row in `claimed` with its name on it can only be its own lost claim."""
-    taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
-    wanted = [(item.job, item.period) for item in due if (item.job, item.period) not in taken]
+    wanted = [(item.job, item.period) for item in due]
     if not wanted:
         return
     now = database.now()
@@ -581,15 +610,14 @@ def record(
 
 
 def _earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+    """Another period of the job runs (or lingers), or an earlier one waits, under a
+    live lease."""
     return exists().where(
         _other.c.job == job,
         _other.c.id != run_id,
+        _other.c.lease_expires_at > database.now(),
         or_(
-            _other.c.status == RunStatus.RUNNING.value,
-            and_(
-                _other.c.status == RunStatus.TIMED_OUT.value,
-                _other.c.lease_expires_at > database.now(),
-            ),
+            _other.c.status.in_([RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]),
             and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
         ),
     )
@@ -704,9 +732,8 @@ _START_POSTGRES = text(
       AND (run.status = 'running' OR NOT (wanted.ordered AND EXISTS (
           SELECT FROM {runs.name} AS other
           WHERE other.job = run.job AND other.id <> run.id
-            AND (other.status = 'running'
-                 OR (other.status = 'timed_out'
-                     AND other.lease_expires_at > statement_timestamp())
+            AND other.lease_expires_at > statement_timestamp()
+            AND (other.status IN ('running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period)))))
     RETURNING run.id, run.attempt, run.holder
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
@@ -1073,6 +1100,36 @@ def retake(
         sent,
         stale.started_attempts,
     )
+
+
+def crashes_of(database: Database, run_id: str) -> int:
+    """How many earlier attempts of the run were lost with their node while they ran."""
+    statement = (
+        select(func.count())
+        .select_from(attempts)
+        .where(
+            attempts.c.run_id == run_id,
+            attempts.c.reason == Reason.LEASE_EXPIRED.value,
+            attempts.c.started_at.is_not(None),
+        )
+    )
+    with database.transaction() as connection:
+        return int(connection.execute(statement).scalar_one())
+
+
+def park(database: Database, stale: Stale, retry_in: float) -> bool:
+    """An expired run is given a later retry instead of being taken now: it ends
+    abandoned (lease_expired) and any node may take it again after `retry_in` seconds."""
+    values = {
+        "status": RunStatus.ABANDONED.value,
+        "reason": Reason.LEASE_EXPIRED.value,
+        "lease_expires_at": None,
+        "finished_at": database.now(),
+        "retry_at": database.now_plus(retry_in),
+    }
+    with database.transaction() as connection:
+        statement = update(runs).where(*_observed(database, stale)).values(**values)
+        return connection.execute(statement).rowcount == 1
 
 
 def give_up(database: Database, stale: Stale) -> bool:

@@ -74,3 +74,12 @@ def missing_seconds(periods: list[datetime]) -> list[datetime]:
         for n in range(span + 1)
         if first + timedelta(seconds=n) not in present
     ]
+
+
+def process_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

@@ -131,7 +131,7 @@ def test_terminated_connections_do_not_stop_the_daemon(tmp_path: Path, postgres_
         ) as admin:
             killed = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND application_name = 'scheduler'",
+                "WHERE datname = %s AND application_name LIKE 'scheduler%%'",
                 (database_name,),
             ).fetchone()
         assert killed is not None

@@ -77,3 +77,19 @@ def test_an_outcome_whose_reply_was_lost_is_known_as_written(
     succeeded = {event["run_id"] for event in node.events() if event["event"] == "run_succeeded"}
     written = {row["id"] for row in run_rows(postgres_url, "tick") if row["status"] == "succeeded"}
     assert written == succeeded, "an outcome was written but not reported (nor counted)"
+
+
+CLAIM_STATEMENT = b"started_attempts, holder, lease_seconds, lease_expires_at"
+
+
+def test_a_claim_whose_reply_was_lost_costs_no_period(tmp_path: Path, postgres_url: str) -> None:
+    """The claim of a period commits but its reply is lost (the connection resets): the
+    node tries again, finds the row in its own name, runs it, and skips nothing."""
+    _, log, lost_at = _lose_one_reply(tmp_path, postgres_url, CLAIM_STATEMENT)
+    rows = [
+        row for row in run_rows(postgres_url, "tick") if row["period"].timestamp() >= lost_at - 1
+    ]
+    ran = executions(log)
+    assert [period for period, times in ran.items() if times > 1] == []
+    not_run = [(row["period"], row["status"]) for row in rows if row["status"] != "succeeded"]
+    assert not_run == [], f"periods lost to the reset: {not_run}"

@@ -15,7 +15,7 @@ import pytest
 
 from scheduler.states import Reason, RunStatus
 from tests.acceptance.processes import SCHEDULER, Node, environment, jobmods, start_node
-from tests.acceptance.records import run_rows
+from tests.acceptance.records import process_alive, run_rows
 
 pytestmark = pytest.mark.slow
 # The `long` job: lease 3 s, so a lease left unrenewed expires well inside the grace.
@@ -115,15 +115,6 @@ def test_run_once_keeps_its_lease_while_it_drains(tmp_path: Path, postgres_url: 
     assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 1)
 
 
-def _alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def _child_pid(log: Path, timeout: float = 20) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -136,9 +127,9 @@ def _child_pid(log: Path, timeout: float = 20) -> int:
 
 def _assert_gone_with_its_node(log: Path, pid: int, node_gone_at: float) -> None:
     deadline = time.monotonic() + 1.0
-    while _alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid), "the child process outlived its node"
+    assert not process_alive(pid), "the child process outlived its node"
     last = max(float(line.split()[2]) for line in log.read_text().splitlines())
     assert last <= node_gone_at + 0.2, f"the child wrote {last - node_gone_at:.2f}s after exit"
 
@@ -161,7 +152,7 @@ def test_a_child_process_never_outlives_its_node(
         node.kill()
         for line in log.read_text().splitlines() if log.exists() else []:
             child = int(line.split()[1])
-            if _alive(child):
+            if process_alive(child):
                 os.kill(child, signal.SIGKILL)
     if signum is signal.SIGTERM:
         statuses = Counter(

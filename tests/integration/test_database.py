@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from scheduler.store.database import open_database
+from tests.acceptance.tcp_proxy import Proxy
 
 
 def test_sqlite_commits_are_durable_across_a_power_loss(sqlite_url: str) -> None:
@@ -19,3 +24,26 @@ def test_sqlite_commits_are_durable_across_a_power_loss(sqlite_url: str) -> None
     finally:
         database.dispose()
     assert (mode, synchronous) == ("wal", 2)  # 2 is FULL
+
+
+def test_a_call_on_a_connection_that_stopped_passing_bytes_fails_at_its_deadline(
+    postgres_url: str,
+) -> None:
+    """A stalled connection neither fails nor answers (the server never sees the query):
+    the call's own deadline cuts it from this side, and the pool goes on with a new one."""
+    proxy = Proxy(target_port=5432)
+    proxy.start()
+    database = open_database(proxy.url(postgres_url)).bounded(1.0)
+    try:
+        database.ping()
+        proxy.freeze()
+        began = time.monotonic()
+        with pytest.raises(DBAPIError), database.transaction() as connection:
+            connection.execute(text("SELECT 1"))
+        assert time.monotonic() - began < 3
+        proxy.thaw()
+        database.ping()
+    finally:
+        proxy.thaw()
+        database.dispose()
+        proxy.cut()

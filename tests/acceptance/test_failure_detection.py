@@ -1,0 +1,209 @@
+"""Failure detection in seconds, not in a lease: a killed node's run is taken over in
+about a second, a crash loop loses no period, and a holder cut off from the database
+knows it has lost before anyone may take its run.
+
+PostgreSQL: a node's liveness is bound to a session lock on a connection of its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.states import RunStatus
+from tests.acceptance.processes import Node, start_node
+from tests.acceptance.records import process_alive, run_rows
+from tests.acceptance.tcp_proxy import Proxy
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def _when(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def _first(
+    nodes: list[Node], predicate: Callable[[dict[str, Any]], bool], timeout: float = 20
+) -> tuple[Node, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node in nodes:
+            for event in node.events():
+                if predicate(event):
+                    return node, event
+        time.sleep(0.01)
+    raise AssertionError("no node logged the event")
+
+
+def test_a_killed_holder_is_noticed_in_about_a_second(tmp_path: Path, postgres_url: str) -> None:
+    """Three nodes, an every-second job with the default 30 s lease; the node inside the
+    job is SIGKILLed. Its period is retaken within 2 s, and at most two later periods
+    are not run on time (skipped, or started more than a second late)."""
+    log = tmp_path / "executions.txt"
+    nodes = [
+        start_node(tmp_path, f"node{n}", postgres_url, "steady", EXECUTION_LOG=str(log))
+        for n in range(3)
+    ]
+    try:
+        for node in nodes:
+            node.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(3)  # every node knows its peers
+        after = time.time()
+        victim, started = _first(
+            nodes, lambda e: e.get("event") == "run_started" and _when(e) > after
+        )
+        victim.kill()
+        killed_at = time.time()
+        others = [node for node in nodes if node is not victim]
+        _, retaken = _first(
+            others,
+            lambda e: e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"],
+            timeout=40,
+        )
+        time.sleep(12)
+    finally:
+        codes = [node.stop() for node in nodes if node is not victim]
+    assert codes == [0, 0]
+    delay = _when(retaken) - killed_at
+    assert delay <= 2.5, f"the killed period was retaken {delay:.1f} s after the kill"
+    period = datetime.fromisoformat(str(started["period"]))
+    later = [
+        row
+        for row in run_rows(postgres_url, "steady")
+        if period < row["period"] <= period + timedelta(seconds=10)
+    ]
+    assert len(later) == 10
+    late = [
+        row["period"]
+        for row in later
+        if row["status"] != RunStatus.SUCCEEDED
+        or (row["started_at"] - row["period"]).total_seconds() > 1
+    ]
+    assert len(late) <= 2, f"later periods not run on time: {late}"
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 5, 7])
+def test_a_crash_loop_loses_no_period(tmp_path: Path, postgres_url: str, every: int) -> None:
+    """One node, SIGKILLed and restarted (same name) every `every` seconds for 12 s, then
+    left to run: by the end every period of the window has run, and none was given up."""
+    log = tmp_path / "executions.txt"
+    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "0.2"}
+    began = datetime.now(UTC)
+    incarnations: list[Node] = []
+    while datetime.now(UTC) - began < timedelta(seconds=12):
+        node = start_node(
+            tmp_path,
+            f"looper-{len(incarnations)}",
+            postgres_url,
+            "steady",
+            ["--node-name", "looper"],
+            **env,
+        )
+        incarnations.append(node)
+        time.sleep(every)
+        node.kill()
+    ended = datetime.now(UTC)
+    final = start_node(tmp_path, "final", postgres_url, "steady", ["--node-name", "looper"], **env)
+    try:
+        final.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(15)
+    finally:
+        assert final.stop() == 0
+    window = [
+        row
+        for row in run_rows(postgres_url, "steady")
+        if began + timedelta(seconds=2) <= row["period"] <= ended
+    ]
+    expected = int((ended - began).total_seconds()) - 2
+    assert len(window) >= expected, "periods of the window have no row"
+    unrun = [(row["period"], row["status"]) for row in window if row["status"] != "succeeded"]
+    assert unrun == [], f"periods of the window that never ran: {unrun}"
+    given_up = [
+        event
+        for node in [*incarnations, final]
+        for event in node.events()
+        if event.get("event") == "run_given_up"
+    ]
+    assert given_up == []
+
+
+def _notes(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_partitioned_holder_knows_it_lost_before_anyone_retakes(
+    tmp_path: Path, postgres_url: str, isolation: str
+) -> None:
+    """The holder's connections to the database stop passing bytes for 18 s (nothing is
+    refused, nothing arrives). Before the 6 s lease can run out on the database the
+    holder logs `lease_lost` and cancels its job (a child process is killed); then
+    another node retakes it; after the heal the holder's late outcome is refused, once."""
+    jobs = f"partitioned_{isolation}"
+    proxy = Proxy(target_port=5432)
+    proxy.start()
+    log = tmp_path / "executions.txt"
+    holder = start_node(tmp_path, "holder", proxy.url(postgres_url), jobs, EXECUTION_LOG=str(log))
+    other: Node | None = None
+    try:
+        started = holder.wait_for(lambda event: event.get("event") == "run_started")
+        other = start_node(tmp_path, "other", postgres_url, jobs, EXECUTION_LOG=str(log))
+        other.wait_for(lambda event: event.get("event") == "node_started")
+        (pid,) = [int(w[3].split("=")[1]) for w in _notes(log) if w[3].startswith("pid=")][:1]
+        proxy.freeze()
+        frozen_at = time.time()
+        child_gone_at = None
+        deadline = time.monotonic() + 20
+        retaken = None
+        while retaken is None and time.monotonic() < deadline:
+            if child_gone_at is None and not process_alive(pid):
+                child_gone_at = time.time()
+            retaken = next(
+                (
+                    e
+                    for e in other.events()
+                    if e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"]
+                ),
+                None,
+            )
+            time.sleep(0.01)
+        assert retaken is not None, "the other node never took the run over"
+        time.sleep(max(0.0, frozen_at + 18 - time.time()))
+        proxy.thaw()
+        holder.wait_for(
+            lambda e: e.get("event") == "run_outcome_refused" and e.get("attempt") == 1,
+            timeout=30,
+        )
+        time.sleep(2)
+    finally:
+        proxy.thaw()
+        codes = [node.stop() for node in (holder, other) if node is not None]
+        proxy.cut()
+    assert codes == [0, 0]
+    events = holder.events()
+    lost = [e for e in events if e.get("event") == "lease_lost" and e.get("attempt") == 1]
+    assert lost, "the holder never logged lease_lost"
+    assert _when(lost[0]) < _when(retaken), "lease_lost came after the takeover"
+    assert [e for e in events if e.get("event") == "heartbeat_failed"], "no heartbeat_failed"
+    refused = [e for e in events if e.get("event") == "run_outcome_refused"]
+    assert [e["attempt"] for e in refused] == [1], "the late outcome is refused once"
+    if isolation == "process":
+        assert child_gone_at is not None
+        assert child_gone_at < _when(retaken), "the child process outlived the lease"
+    else:
+        mine = [w for w in _notes(log) if w[2] == "1" and w[3].startswith("cancelled@")]
+        assert mine, "ctx.cancelled was never set"
+        assert float(mine[0][3].split("@")[1]) < _when(retaken)
+    # Whatever the other node ran of the job (the retaken period, or a later one that
+    # the dead lease no longer held back), it began after the holder had given up.
+    elsewhere = [
+        float(w[3].split("@")[1])
+        for w in _notes(log)
+        if w[1].startswith("other-") and w[3].startswith("start@")
+    ]
+    assert elsewhere
+    assert min(elsewhere) >= _when(lost[0]), "the other node ran the job while the holder did"
