@@ -24,6 +24,7 @@ from scheduler.config import (
     DEFAULT_GRACE,
     DEFAULT_JOBS,
     DEFAULT_RECOVERY_INTERVAL,
+    DEFAULT_SUMMARY_INTERVAL,
     DEFAULT_WORKERS,
     DISTRIBUTION,
     node_identity,
@@ -261,6 +262,14 @@ def prepare(
     help="Prune runs and done items older than this (90d) at start and hourly [default: off].",
 )
 @click.option(
+    "--summary-interval",
+    envvar="SCHEDULER_SUMMARY_INTERVAL",
+    default=DEFAULT_SUMMARY_INTERVAL,
+    show_default=True,
+    show_envvar=True,
+    help="How often a node says how many periods ran on other nodes (0: never).",
+)
+@click.option(
     "--liveness",
     envvar="SCHEDULER_LIVENESS",
     type=click.Choice([mode.value for mode in LivenessMode]),
@@ -286,6 +295,7 @@ def run(
     http: str | None,
     metrics_per_job: bool,
     retention: str | None,
+    summary_interval: str,
     liveness: str,
 ) -> None:
     """Run the scheduler daemon until SIGTERM or SIGINT."""
@@ -298,6 +308,7 @@ def run(
         catchup_interval=parse_option_duration("--catchup-interval", catchup_interval),
         retention=parse_retention("--retention", retention) if retention else None,
         liveness=LivenessMode(liveness),
+        summary_interval=parse_option_duration("--summary-interval", summary_interval) or None,
     )
     node = node_identity(node_name)
     database, jobs = prepare(

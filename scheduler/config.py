@@ -22,6 +22,7 @@ DEFAULT_GRACE = "30s"
 DEFAULT_WORKERS = 16
 DEFAULT_RECOVERY_INTERVAL = "1s"
 DEFAULT_CATCHUP_INTERVAL = "1m"
+DEFAULT_SUMMARY_INTERVAL = "1m"
 
 
 def parse_jobs_option(raw: str) -> tuple[str, ...]:

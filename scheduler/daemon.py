@@ -44,6 +44,7 @@ from scheduler.timeline import Timeline
 DEFAULT_HEARTBEAT = timedelta(seconds=10)
 DEFAULT_RECOVERY_INTERVAL = timedelta(seconds=1)
 DEFAULT_CATCHUP_INTERVAL = timedelta(seconds=60)
+DEFAULT_SUMMARY_INTERVAL = timedelta(seconds=60)
 CLAIM_RETRY_S = 1.0
 # How often, at most, a node says that the database refused periods as early.
 EARLY_WARNING_S = 60.0
@@ -75,6 +76,8 @@ class DaemonSettings:
     # Prune history older than this now and then; None keeps everything.
     retention: timedelta | None = None
     liveness: LivenessMode = LivenessMode.AUTO
+    # How often the node says how many periods ran elsewhere (None: never).
+    summary_interval: timedelta | None = DEFAULT_SUMMARY_INTERVAL
 
 
 def call_timeout(jobs: Iterable[Job]) -> float:
@@ -116,6 +119,7 @@ class Daemon:
         # catch-up's.
         self._live_since = self._clock.now()
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
+        self._summary = Summary(settings.summary_interval, self._log)
         self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
         self.shares = Shares(node.id)
         heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [DEFAULT_HEARTBEAT])
@@ -245,6 +249,9 @@ class Daemon:
             pending = self._claim(batch, now, retried=self._retrying)
             self._retrying = bool(pending)
             waits = [CLAIM_RETRY_S] if pending else []
+            summary_in = self._summary.tell()
+            if summary_in is not None:
+                waits.append(summary_in)
             next_due = timeline.next_due()
             if next_due is not None:
                 waits.append((next_due - self._clock.now()).total_seconds())
@@ -263,6 +270,7 @@ class Daemon:
             return theirs
         if left:
             self._log.info("peer_share_claimed", periods=len(left), of=len(theirs))
+        self._summary.elsewhere += len(theirs) - len(left)
         return left
 
     def _claim(self, due: list[Due], now: datetime, *, retried: bool) -> list[Due]:
@@ -293,6 +301,10 @@ class Daemon:
         if result.early:
             self._early(result.early)
         metrics.record_claims(len(due) - len(result.early), result.won, result.skipped)
+        self._summary.here += len(result.won)
+        self._summary.elsewhere += (
+            len(due) - len(result.won) - len(result.skipped) - len(result.early)
+        )
         if self._log.is_enabled_for(logging.DEBUG):
             taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
             early = {(item.job, item.period) for item in result.early}
@@ -366,6 +378,35 @@ class Daemon:
             self._log.warning("node_stop_unrecorded", error=describe_fault(error))
         if self._liveness is not None:
             self._liveness.close()
+
+
+class Summary:
+    """Counts the periods this node claimed and those other nodes had, and now and then
+    says so (`periods_elsewhere`): with several replicas most periods run elsewhere,
+    and a quiet node should not look like one that does nothing."""
+
+    def __init__(self, interval: timedelta | None, log: FilteringBoundLogger) -> None:
+        self._interval = interval.total_seconds() if interval else None
+        self._log = log
+        self._since = time.monotonic()
+        self.here = 0
+        self.elsewhere = 0
+
+    def tell(self) -> float | None:
+        """Say it if the interval is over; how long until the next time (None: never)."""
+        if self._interval is None:
+            return None
+        moment = time.monotonic()
+        if moment - self._since >= self._interval:
+            if self.elsewhere:
+                self._log.info(
+                    "periods_elsewhere",
+                    periods=self.elsewhere,
+                    here=self.here,
+                    window_s=round(moment - self._since),
+                )
+            self._since, self.here, self.elsewhere = moment, 0, 0
+        return self._since + self._interval - moment
 
 
 def tune_garbage_collection() -> None:

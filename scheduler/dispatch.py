@@ -345,14 +345,7 @@ class Dispatcher:
             else:
                 metrics.record_finish(job, outcome.status, duration_ms)
                 assert outcome.failure is not None
-                event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
-                log.error(
-                    event,
-                    duration_ms=duration_ms,
-                    error_type=outcome.failure.type,
-                    error=outcome.failure.message,
-                    retry_in_s=None if retry_in is None else round(retry_in, 3),
-                )
+                self._say_failed(log, outcome, duration_ms, retry_in)
         finally:
             if lingering:
                 threading.Thread(
@@ -360,6 +353,25 @@ class Dispatcher:
                 ).start()
             else:
                 self._done(active)
+
+    @staticmethod
+    def _say_failed(
+        log: FilteringBoundLogger, outcome: Outcome, duration_ms: int, retry_in: float | None
+    ) -> None:
+        """A failure with a retry to come is a warning (the retry says how it went); the
+        last one is the error. Either way with the traceback (`exception`)."""
+        assert outcome.failure is not None
+        event = "run_timed_out" if outcome.status is RunStatus.TIMED_OUT else "run_failed"
+        fields: dict[str, object] = {
+            "duration_ms": duration_ms,
+            "error_type": outcome.failure.type,
+            "error": outcome.failure.message,
+            "failure": outcome.failure,
+        }
+        if retry_in is None:
+            log.error(event, **fields)
+        else:
+            log.warning(event, retry_in_s=round(retry_in, 3), **fields)
 
     def _outlast(self, active: ActiveRun, outcome: Outcome) -> None:
         """Wait for a timed-out function to return in its thread, then let its retry go."""

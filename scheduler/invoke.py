@@ -28,6 +28,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from structlog.contextvars import bound_contextvars
+from structlog.tracebacks import extract
+
 from scheduler import logs
 from scheduler.context import RunContext
 from scheduler.ledger import Ledger
@@ -60,11 +63,38 @@ SUCCEEDED = Outcome(RunStatus.SUCCEEDED)
 
 
 def describe(error: BaseException) -> Failure:
-    """A job's exception as stored data: qualified type, message, traceback tail."""
+    """A job's exception as stored data: its type (module-qualified, but a built-in's
+    bare, as people write it), message and traceback tail; and for the log, the
+    traceback as data (each exception of the chain with its frames, no locals)."""
+    kind = type(error)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
     return Failure(
-        type=_storable(f"{type(error).__module__}.{type(error).__qualname__}"),
+        type=_storable(name),
         message=_storable(str(error))[:MESSAGE_LIMIT],
         traceback=_storable("".join(traceback.format_exception(error)))[-TRACEBACK_LIMIT:],
+        trace=_trace(error),
+    )
+
+
+def _trace(error: BaseException) -> tuple[dict[str, Any], ...]:
+    """structlog's dict form of a traceback (what `dict_tracebacks` logs), without the
+    frames' local variables, which may hold secrets."""
+    extracted = extract(type(error), error, error.__traceback__, show_locals=False)
+    return tuple(
+        {
+            "exc_type": stack.exc_type,
+            "exc_value": _storable(stack.exc_value)[:MESSAGE_LIMIT],
+            "is_cause": stack.is_cause,
+            "frames": [
+                {"filename": frame.filename, "lineno": frame.lineno, "name": frame.name}
+                for frame in stack.frames
+            ],
+        }
+        for stack in extracted.stacks
     )
 
 
@@ -98,12 +128,31 @@ def _arguments(job: Job, context: RunContext) -> tuple[Any, ...]:
     return (context,) if job.takes_context else ()
 
 
+def run_fields(context: RunContext) -> dict[str, Any]:
+    """What every log line the job's own code writes is bound with (structlog's context
+    variables, which the standard library's records get too)."""
+    return {
+        "job": context.job,
+        "period": context.period.isoformat(),
+        "run_id": context.run_id,
+        "attempt": context.attempt,
+        "node": context.node,
+    }
+
+
 def _direct(job: Job, context: RunContext) -> Outcome:
     try:
-        job.func(*_arguments(job, context))
+        with bound_contextvars(**run_fields(context)):
+            job.func(*_arguments(job, context))
     except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
         return Outcome(RunStatus.FAILED, describe(error))
     return SUCCEEDED
+
+
+async def _bound(job: Job, context: RunContext) -> Any:
+    """The job's coroutine, its log lines bound to the run (a task has its own context)."""
+    with bound_contextvars(**run_fields(context)):
+        return await job.func(*_arguments(job, context))
 
 
 def _in_thread(job: Job, context: RunContext, timeout: float) -> Outcome:
@@ -123,7 +172,7 @@ def _in_thread(job: Job, context: RunContext, timeout: float) -> Outcome:
 def _on_loop(
     job: Job, context: RunContext, loop: asyncio.AbstractEventLoop, timeout: float | None
 ) -> Outcome:
-    future = asyncio.run_coroutine_threadsafe(job.func(*_arguments(job, context)), loop)
+    future = asyncio.run_coroutine_threadsafe(_bound(job, context), loop)
     try:
         future.result(timeout)
     except TimeoutError:
@@ -274,7 +323,7 @@ def _child_ledger(payload: ChildRun) -> Ledger | None:
 
 async def _await(job: Job, context: RunContext) -> Outcome:
     try:
-        await job.func(*_arguments(job, context))
+        await _bound(job, context)
     except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
         return Outcome(RunStatus.FAILED, describe(error))
     return SUCCEEDED

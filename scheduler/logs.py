@@ -50,6 +50,7 @@ def configure(log_format: LogFormat, level: str) -> None:
         else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
     )
     exceptions: Any = structlog.processors.format_exc_info if use_json else _identity
+    failures = _failure_as_data if use_json else _failure_as_text
     # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(
@@ -61,6 +62,7 @@ def configure(log_format: LogFormat, level: str) -> None:
             ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                failures,
                 exceptions,
                 renderer,
             ],
@@ -82,7 +84,13 @@ def configure(log_format: LogFormat, level: str) -> None:
     # a LogRecord plus a second formatting pass cost twice the line itself. They are
     # written under the handler's lock, so a line of ours and a library's never mix.
     structlog.configure(
-        processors=[*shared, structlog.processors.StackInfoRenderer(), exceptions, renderer],
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            failures,
+            exceptions,
+            renderer,
+        ],
         logger_factory=lambda *_args: lines,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         cache_logger_on_first_use=True,
@@ -107,6 +115,23 @@ class _Lines:
 
 
 def _identity(_logger: Any, _name: str, event: Any) -> Any:
+    return event
+
+
+def _failure_as_data(_logger: Any, _name: str, event: Any) -> Any:
+    """A job's failure (`failure=`) as the JSON `exception` field: the traceback as data,
+    each exception of the chain with its frames (structlog's dict traceback shape)."""
+    failure = event.pop("failure", None)
+    if failure is not None and (failure.trace or failure.traceback):
+        event["exception"] = list(failure.trace) or failure.traceback
+    return event
+
+
+def _failure_as_text(_logger: Any, _name: str, event: Any) -> Any:
+    """A job's failure on a terminal: its formatted traceback, under the line."""
+    failure = event.pop("failure", None)
+    if failure is not None and failure.traceback:
+        event["exception"] = failure.traceback.rstrip("\n")
     return event
 
 

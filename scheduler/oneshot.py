@@ -19,6 +19,7 @@ from scheduler.clock import Clock
 from scheduler.daemon import due_for
 from scheduler.dispatch import Dispatcher
 from scheduler.errors import UserError
+from scheduler.instants import utc_text
 from scheduler.keeper import Keeper
 from scheduler.registry import Job
 from scheduler.shares import ONE_SHOT, Shares
@@ -124,7 +125,17 @@ class Foreground:
                 return None
             for stale in runs.find_stale(self.database, [claim.job], 1000):
                 if stale.id == claim.id:
-                    return runs.retake(self.database, stale, self.node.id)
+                    retry = runs.retake(self.database, stale, self.node.id)
+                    if retry is not None:
+                        self.log.info(
+                            "run_retaken",
+                            period=retry.period.isoformat(),
+                            run_id=retry.id,
+                            attempt=retry.attempt,
+                            previous_holder=stale.holder,
+                            cause="retry",
+                        )
+                    return retry
 
 
 def run_once(foreground: Foreground, period: datetime | None) -> int:
@@ -158,15 +169,15 @@ def choose_period(job: Job, given: datetime | None, now: datetime) -> datetime:
         return latest
     if given > now + FUTURE_TOLERANCE:
         raise UserError(
-            f"job {job.name!r}: --period: {given.isoformat()} is in the future "
-            f"(database time is {now.replace(microsecond=0).isoformat()})"
+            f"job {job.name!r}: --period: {utc_text(given)} is in the future "
+            f"(database time is {utc_text(now.replace(microsecond=0))})"
         )
     if job.schedule.next_after(given - timedelta(seconds=1)) != given:
         before = job.schedule.latest_at_or_before(given)
         after = job.schedule.next_after(given)
-        nearest = ", ".join(moment.isoformat() for moment in (before, after) if moment)
+        nearest = ", ".join(utc_text(moment) for moment in (before, after) if moment)
         raise UserError(
-            f"job {job.name!r}: --period: {given.isoformat()} is not a period of "
+            f"job {job.name!r}: --period: {utc_text(given)} is not a period of "
             f"{job.schedule.expression!r} (nearest: {nearest})"
         )
     return given

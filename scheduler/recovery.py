@@ -139,10 +139,15 @@ class Recovery(SideThread):
         claim = runs.retake(self._database, run, self._node_id)
         if claim is None:
             return
-        log.warning(
-            "run_retaken",
-            attempt=claim.attempt,
-            previous_holder=run.holder,
-            cause="lease_expired" if run.expired else run.status.value,
-        )
+        if run.expired:  # its holder died or lost it: news
+            log.warning(
+                "run_retaken",
+                attempt=claim.attempt,
+                previous_holder=run.holder,
+                cause="lease_expired",
+            )
+        else:  # a retry coming due is the normal course of things
+            log.info(
+                "run_retaken", attempt=claim.attempt, previous_holder=run.holder, cause="retry"
+            )
         self._dispatcher.submit(claim)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import islice
 
 from scheduler.errors import UserError
+from scheduler.instants import utc_text
 from scheduler.oneshot import FUTURE_TOLERANCE, Foreground
 from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
 from scheduler.store import history, runs
@@ -61,10 +62,10 @@ def backfill_steps(
     """Check the range and plan it; reads only."""
     job = foreground.job
     if start > end:
-        raise UserError(f"job {job.name!r}: --from: {_utc(start)} is after --to")
+        raise UserError(f"job {job.name!r}: --from: {utc_text(start)} is after --to")
     now = foreground.now()
     if end > now + FUTURE_TOLERANCE:
-        raise UserError(f"job {job.name!r}: --to: {_utc(end)} is in the future")
+        raise UserError(f"job {job.name!r}: --to: {utc_text(end)} is in the future")
     periods = list(
         islice(job.schedule.periods_between(start - timedelta(seconds=1), end), BACKFILL_LIMIT + 1)
     )
@@ -134,24 +135,19 @@ def rerun_target(foreground: Foreground, period: datetime, *, force: bool) -> St
     rows = history.runs_between(foreground.database, job.name, period, period)
     if not rows:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {_utc(period)} has no run; use `scheduler backfill`"
+            f"job {job.name!r}: PERIOD: {utc_text(period)} has no run; use `scheduler backfill`"
         )
     (row,) = rows
     if row.status in ACTIVE_STATUSES:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {_utc(period)} is {row.status.value} on {row.holder}"
+            f"job {job.name!r}: PERIOD: {utc_text(period)} is {row.status.value} on {row.holder}"
         )
     if row.status is RunStatus.SUCCEEDED and not force:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {_utc(period)} succeeded; add --force to run it again"
+            f"job {job.name!r}: PERIOD: {utc_text(period)} succeeded; add --force to run it again"
         )
     return row
 
 
 def rerun(foreground: Foreground, row: Stale) -> Claim | None:
     return runs.retake(foreground.database, row, foreground.node.id, Origin.MANUAL, by_hand=True)
-
-
-def _utc(moment: datetime) -> str:
-    """An instant as the CLI prints it: UTC with a `Z`."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

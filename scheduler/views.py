@@ -14,6 +14,7 @@ from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
+from scheduler.instants import utc_text
 from scheduler.shares import ONE_SHOT
 from scheduler.states import Origin
 from scheduler.store.jobs import JobRow
@@ -28,7 +29,7 @@ def iso(moment: datetime | None) -> str | None:
     """Full-precision UTC ISO-8601 with a `Z`, for JSON."""
     if moment is None:
         return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return utc_text(moment)
 
 
 def short_time(value: str | None) -> str:

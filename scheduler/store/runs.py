@@ -126,11 +126,13 @@ class ClaimResult:
 
 @dataclass(frozen=True)
 class Failure:
-    """What went wrong in a run, trimmed for storage."""
+    """What went wrong in a run, trimmed for storage. `trace` is the traceback as data
+    (each exception of the chain: type, value, frames), for the log; it is not stored."""
 
     type: str
     message: str
     traceback: str
+    trace: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
 
 def job_lock_key(job: str) -> int:

@@ -1,0 +1,31 @@
+"""Every event the code logs is in the README's table of events, so that an operator
+grepping the log for a name can look it up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGGED = re.compile(r"""\.(?:debug|info|warning|error|exception)\(\s*["']([a-z][a-z_]+)["']""")
+DOCUMENTED = re.compile(r"`([a-z][a-z_]+)`")
+
+
+def _logged() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for path in sorted((ROOT / "scheduler").rglob("*.py")):
+        for name in LOGGED.findall(path.read_text()):
+            found.setdefault(name, str(path.relative_to(ROOT)))
+    return found
+
+
+def _documented() -> set[str]:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| event | level |") :]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in DOCUMENTED.findall(row.split("|")[1])}
+
+
+def test_every_logged_event_is_documented() -> None:
+    missing = {name: where for name, where in _logged().items() if name not in _documented()}
+    assert missing == {}, f"add these to the README's table of events: {missing}"
