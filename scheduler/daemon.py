@@ -33,6 +33,7 @@ from scheduler.liveness import Mode as LivenessMode
 from scheduler.policy import Overlap
 from scheduler.recovery import Recovery
 from scheduler.registry import Job
+from scheduler.requests import Requests
 from scheduler.retention import Pruner
 from scheduler.shares import HANDOFF_S, Shares, jobs_digest
 from scheduler.store import nodes, runs
@@ -143,6 +144,14 @@ class Daemon:
             log=self._log,
             shares=self.shares,
         )
+        self._requests = Requests(
+            database=database,
+            dispatcher=self.dispatcher,
+            jobs=jobs,
+            node_id=node.id,
+            stop=self._stop,
+            log=self._log,
+        )
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
                 bulk,
@@ -186,6 +195,7 @@ class Daemon:
         )
         self.keeper.start()
         self._recovery.start()
+        self._requests.start()
         self._catch_up.start()
         if self._pruner is not None:
             self._pruner.start()
@@ -363,7 +373,7 @@ class Daemon:
             self._settings.grace.total_seconds(), before_giving_back=self._leave
         )
         self._log.info("node_stopped", abandoned=abandoned)
-        for side in (self.keeper, self._recovery, self._catch_up, self._pruner):
+        for side in (self.keeper, self._recovery, self._requests, self._catch_up, self._pruner):
             if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned

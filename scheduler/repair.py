@@ -12,14 +12,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import islice
+from typing import TYPE_CHECKING, Protocol
 
+from scheduler.cron import Schedule
 from scheduler.errors import UserError
 from scheduler.instants import utc_text
-from scheduler.oneshot import FUTURE_TOLERANCE, Foreground
+from scheduler.registry import Job
 from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
 from scheduler.store import history, runs
+from scheduler.store.database import Database
 from scheduler.store.history import Entry
-from scheduler.store.runs import Claim, Stale
+from scheduler.store.runs import FUTURE_TOLERANCE, Claim, Stale
+
+if TYPE_CHECKING:  # oneshot imports the daemon, which carries out requests with this module
+    from scheduler.oneshot import Foreground
 
 BACKFILL_LIMIT = 10_000
 NEVER_RAN = (RunStatus.SKIPPED, RunStatus.MISSED)
@@ -30,6 +36,27 @@ class Action(StrEnum):
     RUN = "run"  # no row yet: claim it
     RERUN = "rerun"  # a row that never succeeded: take it over as the next attempt
     KEEP = "keep"  # succeeded, running, or failed without --include-failed
+
+
+class Named(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class Hands(Protocol):
+    """Who claims a repair: a one-shot node (`Foreground`, for the CLI and
+    `scheduler.admin`) or a daemon carrying out an operator's request."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def node(self) -> Named: ...
+
+    def now(self) -> datetime: ...
 
 
 @dataclass(frozen=True)
@@ -57,24 +84,46 @@ def plan_backfill(
 
 
 def backfill_steps(
-    foreground: Foreground, start: datetime, end: datetime, *, include_failed: bool
+    hands: Hands, start: datetime, end: datetime, *, include_failed: bool
 ) -> list[Step]:
     """Check the range and plan it; reads only."""
-    job = foreground.job
+    job = hands.job
+    return plan_range(
+        hands.database,
+        job.name,
+        job.schedule,
+        start,
+        end,
+        now=hands.now(),
+        include_failed=include_failed,
+    )
+
+
+def plan_range(
+    database: Database,
+    name: str,
+    schedule: Schedule,
+    start: datetime,
+    end: datetime,
+    *,
+    now: datetime,
+    include_failed: bool,
+) -> list[Step]:
+    """Check a backfill range of the job `name` and plan it; reads only. Needs the
+    schedule, not the job's code, so the console previews a backfill without it."""
     if start > end:
-        raise UserError(f"job {job.name!r}: --from: {utc_text(start)} is after --to")
-    now = foreground.now()
+        raise UserError(f"job {name!r}: --from: {utc_text(start)} is after --to")
     if end > now + FUTURE_TOLERANCE:
-        raise UserError(f"job {job.name!r}: --to: {utc_text(end)} is in the future")
+        raise UserError(f"job {name!r}: --to: {utc_text(end)} is in the future")
     periods = list(
-        islice(job.schedule.periods_between(start - timedelta(seconds=1), end), BACKFILL_LIMIT + 1)
+        islice(schedule.periods_between(start - timedelta(seconds=1), end), BACKFILL_LIMIT + 1)
     )
     if len(periods) > BACKFILL_LIMIT:
         raise UserError(
-            f"job {job.name!r}: --from/--to: the range holds more than {BACKFILL_LIMIT} periods; "
+            f"job {name!r}: --from/--to: the range holds more than {BACKFILL_LIMIT} periods; "
             "split it"
         )
-    rows = history.runs_between(foreground.database, job.name, start, end)
+    rows = history.runs_between(database, name, start, end)
     return plan_backfill(periods, rows, include_failed=include_failed)
 
 
@@ -84,7 +133,7 @@ def run_backfill(foreground: Foreground, steps: Sequence[Step]) -> tuple[int, in
     for step in steps:
         if step.action is Action.KEEP or foreground.stopped:
             continue
-        claim = _claim_step(foreground, step)
+        claim = claim_step(foreground, step)
         if claim is None:
             foreground.log.info("backfill_period_taken", period=step.period.isoformat())
             continue
@@ -95,59 +144,64 @@ def run_backfill(foreground: Foreground, steps: Sequence[Step]) -> tuple[int, in
     return succeeded, failed
 
 
-def _claim_step(foreground: Foreground, step: Step) -> Claim | None:
-    job = foreground.job
+def claim_step(hands: Hands, step: Step) -> Claim | None:
+    """Claim one planned period of a backfill; None if it changed since it was planned."""
+    job = hands.job
     if step.action is Action.RUN:
         written = history.write(
-            foreground.database,
+            hands.database,
             job.name,
             [Entry(step.period, RunStatus.CLAIMED)],
-            holder=foreground.node.id,
+            holder=hands.node.id,
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.BACKFILL,
         )
         return written.won[0] if written.won else None
-    (row,) = history.runs_between(foreground.database, job.name, step.period, step.period)
+    (row,) = history.runs_between(hands.database, job.name, step.period, step.period)
     if row.status is not step.status:
         return None
-    return runs.retake(foreground.database, row, foreground.node.id, Origin.BACKFILL, by_hand=True)
+    return runs.retake(hands.database, row, hands.node.id, Origin.BACKFILL, by_hand=True)
 
 
-def trigger(foreground: Foreground) -> Claim:
+def trigger(hands: Hands) -> Claim:
     """Claim a manual run now. Its period carries sub-second precision, so it can never
     be a period of the schedule, which has whole seconds."""
-    now = foreground.now()
+    now = hands.now()
     period = now if now.microsecond else now.replace(microsecond=1)
     (claim,) = history.write(
-        foreground.database,
-        foreground.job.name,
+        hands.database,
+        hands.job.name,
         [Entry(period, RunStatus.CLAIMED)],
-        holder=foreground.node.id,
-        lease_seconds=foreground.job.policy.lease.total_seconds(),
+        holder=hands.node.id,
+        lease_seconds=hands.job.policy.lease.total_seconds(),
         origin=Origin.MANUAL,
     ).won
     return claim
 
 
-def rerun_target(foreground: Foreground, period: datetime, *, force: bool) -> Stale:
+def rerun_target(hands: Hands, period: datetime, *, force: bool) -> Stale:
     """The run to take over, or a one-line refusal naming the job and the period."""
-    job = foreground.job
-    rows = history.runs_between(foreground.database, job.name, period, period)
+    return rerun_row(hands.database, hands.job.name, period, force=force)
+
+
+def rerun_row(database: Database, name: str, period: datetime, *, force: bool) -> Stale:
+    """The run of job `name` at `period` to take over, or a one-line refusal; reads only."""
+    rows = history.runs_between(database, name, period, period)
     if not rows:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {utc_text(period)} has no run; use `scheduler backfill`"
+            f"job {name!r}: PERIOD: {utc_text(period)} has no run; use `scheduler backfill`"
         )
     (row,) = rows
     if row.status in ACTIVE_STATUSES:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {utc_text(period)} is {row.status.value} on {row.holder}"
+            f"job {name!r}: PERIOD: {utc_text(period)} is {row.status.value} on {row.holder}"
         )
     if row.status is RunStatus.SUCCEEDED and not force:
         raise UserError(
-            f"job {job.name!r}: PERIOD: {utc_text(period)} succeeded; add --force to run it again"
+            f"job {name!r}: PERIOD: {utc_text(period)} succeeded; add --force to run it again"
         )
     return row
 
 
-def rerun(foreground: Foreground, row: Stale) -> Claim | None:
-    return runs.retake(foreground.database, row, foreground.node.id, Origin.MANUAL, by_hand=True)
+def rerun(hands: Hands, row: Stale) -> Claim | None:
+    return runs.retake(hands.database, row, hands.node.id, Origin.MANUAL, by_hand=True)

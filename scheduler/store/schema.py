@@ -197,3 +197,33 @@ items = Table(
     # `scheduler prune` deletes old done items.
     Index(None, "state", "done_at"),
 )
+
+requests = Table(
+    "scheduler_requests",
+    metadata,
+    # What an operator asked the fleet to run (`trigger`, `rerun`, `backfill`) from a
+    # process that must not run jobs itself (the web console). A live node that knows
+    # the job takes it, once: `taken_by` is compare-and-set from NULL.
+    Column("id", String(32), primary_key=True),
+    Column("job", String(200), nullable=False),
+    Column("kind", String(16), nullable=False),
+    # rerun: the period; backfill: the range, both ends included.
+    Column("period", UTCDateTime()),
+    Column("range_start", UTCDateTime()),
+    Column("range_end", UTCDateTime()),
+    Column("force", Boolean, nullable=False, default=False),
+    Column("include_failed", Boolean, nullable=False, default=False),
+    Column("requested_at", UTCDateTime(), nullable=False),
+    # Who asked, as authenticated: kept with the request for the record.
+    Column("requested_by", String(200), nullable=False),
+    Column("taken_by", String(200)),
+    Column("taken_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+    # done, refused or expired, with a line saying what was claimed or why not.
+    Column("outcome", String(16)),
+    Column("detail", Text),
+    # trigger and rerun: the run it claimed.
+    Column("run_id", String(32)),
+    Index(None, "taken_by", "requested_at"),
+    Index(None, "job", "requested_at"),
+)

@@ -1,0 +1,161 @@
+"""Operator requests: what the console asked the fleet to run, and how it went.
+
+A process that must not run jobs itself (the web console) writes a row; a live node
+that knows the job takes it with a compare-and-set of `taken_by` from NULL, so exactly
+one node carries it out, and writes the outcome back on the same row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import func, insert, select, update
+
+from scheduler.store.database import Database
+from scheduler.store.schema import requests
+
+
+class RequestKind(StrEnum):
+    TRIGGER = "trigger"
+    RERUN = "rerun"
+    BACKFILL = "backfill"
+
+
+class RequestOutcome(StrEnum):
+    DONE = "done"  # claimed and handed to the node's workers
+    REFUSED = "refused"  # the node found it could not be done (detail says why)
+    EXPIRED = "expired"  # no node took it in time; nothing was run
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A request as the console asks it, before it has a row."""
+
+    job: str
+    kind: RequestKind
+    requested_by: str
+    period: datetime | None = None
+    range_start: datetime | None = None
+    range_end: datetime | None = None
+    force: bool = False
+    include_failed: bool = False
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    id: str
+    job: str
+    kind: str
+    period: datetime | None
+    range_start: datetime | None
+    range_end: datetime | None
+    force: bool
+    include_failed: bool
+    requested_at: datetime
+    requested_by: str
+    taken_by: str | None
+    taken_at: datetime | None
+    finished_at: datetime | None
+    outcome: str | None
+    detail: str | None
+    run_id: str | None
+
+
+_COLUMNS = [requests.c[name] for name in RequestRow.__dataclass_fields__]
+
+
+def add(database: Database, draft: Draft) -> str:
+    """Write the request for a node to take; its id."""
+    request_id = uuid.uuid4().hex
+    statement = insert(requests).values(
+        id=request_id,
+        job=draft.job,
+        kind=draft.kind.value,
+        period=draft.period,
+        range_start=draft.range_start,
+        range_end=draft.range_end,
+        force=draft.force,
+        include_failed=draft.include_failed,
+        requested_at=database.now(),
+        requested_by=draft.requested_by,
+    )
+    with database.transaction() as connection:
+        connection.execute(statement)
+    return request_id
+
+
+def pending(database: Database, jobs: Collection[str], limit: int = 20) -> list[RequestRow]:
+    """Requests no node took yet, oldest first, of the jobs given.
+
+    The names are not sent (a node may know 10,000 jobs and asks every second);
+    pending requests are few, and those of jobs this node does not know are left
+    for a node that does.
+    """
+    statement = (
+        select(*_COLUMNS)
+        .where(requests.c.taken_by.is_(None))
+        .order_by(requests.c.requested_at, requests.c.id)
+        .limit(limit * 10)
+    )
+    known = set(jobs)
+    with database.transaction() as connection:
+        rows = [RequestRow(**row._mapping) for row in connection.execute(statement)]
+    return [row for row in rows if row.job in known][:limit]
+
+
+def take(database: Database, request_id: str, node_id: str) -> bool:
+    """Take the request for this node; False if another node was faster."""
+    statement = (
+        update(requests)
+        .where(requests.c.id == request_id, requests.c.taken_by.is_(None))
+        .values(taken_by=node_id, taken_at=database.now())
+    )
+    with database.transaction() as connection:
+        return connection.execute(statement).rowcount == 1
+
+
+def finish(
+    database: Database,
+    request_id: str,
+    node_id: str,
+    *,
+    outcome: RequestOutcome,
+    detail: str,
+    run_id: str | None = None,
+) -> None:
+    """Record how the request the node took went."""
+    statement = (
+        update(requests)
+        .where(requests.c.id == request_id, requests.c.taken_by == node_id)
+        .values(outcome=outcome.value, detail=detail, run_id=run_id, finished_at=database.now())
+    )
+    with database.transaction() as connection:
+        connection.execute(statement)
+
+
+def get(database: Database, request_id: str) -> RequestRow | None:
+    statement = select(*_COLUMNS).where(requests.c.id == request_id)
+    with database.transaction() as connection:
+        row = connection.execute(statement).first()
+    return RequestRow(**row._mapping) if row else None
+
+
+def recent(database: Database, job: str | None = None, limit: int = 20) -> list[RequestRow]:
+    """The newest requests, of one job or of every job."""
+    statement = (
+        select(*_COLUMNS).order_by(requests.c.requested_at.desc(), requests.c.id).limit(limit)
+    )
+    if job is not None:
+        statement = statement.where(requests.c.job == job)
+    with database.transaction() as connection:
+        return [RequestRow(**row._mapping) for row in connection.execute(statement)]
+
+
+def count_pending(database: Database) -> int:
+    statement = select(func.count()).where(requests.c.taken_by.is_(None))
+    with database.transaction() as connection:
+        return int(connection.execute(statement).scalar_one())
