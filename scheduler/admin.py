@@ -10,10 +10,11 @@ with Admin("postgresql://app@db/app") as admin:
     report = admin.check()
 ```
 
-The CLI's `pause`, `resume`, `trigger`, `rerun`, `backfill`, `runs`, `runs show` and
-`check` call these same methods, so a mistake raises the `UserError` whose one-line
-message the CLI prints. Inputs may be given as the CLI
-takes them (`"2026-11-30T03:00:00Z"`, `"1d"`) or as `datetime` and `timedelta`.
+The CLI's `pause`, `resume`, `trigger`, `rerun`, `backfill`, `runs`, `runs show`,
+`check` and `items release|done` call these same methods, and so does the web console
+(which asks a running node to trigger, rerun or backfill: `request_trigger`, …), so a
+mistake raises the `UserError` whose one-line message the CLI prints. Inputs may be
+given as the CLI takes them (`"2026-11-30T03:00:00Z"`, `"1d"`) or as `datetime` and `timedelta`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from types import TracebackType
 from scheduler import check as checking
 from scheduler import repair
 from scheduler.config import DEFAULT_GRACE, node_identity, parse_instant, parse_option_duration
+from scheduler.cron import parse_schedule
 from scheduler.errors import UserError
 from scheduler.oneshot import Foreground
 from scheduler.registry import Job
@@ -36,9 +38,12 @@ from scheduler.store import items as ledger
 from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
+from scheduler.store import requests as asked
 from scheduler.store.database import Database, open_database
-from scheduler.store.items import ItemRow
+from scheduler.store.items import ItemRow, ItemState
+from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, RunRow
+from scheduler.store.requests import Draft, RequestKind, RequestRow
 from scheduler.views import iso
 
 Instant = datetime | str
@@ -237,7 +242,109 @@ class Admin:
         )
         return Backfill(steps, succeeded, failed, interrupted)
 
+    # -- items ----------------------------------------------------------------------
+
+    def release_item(self, job: str, key: str) -> ItemRow:
+        """Forget an item, so that the next run that reaches it handles it again; the
+        item as it was. Refused while the attempt that claimed it still runs."""
+        row = self._settled(job, key)
+        if not ledger.release_item(self.database, job, key):
+            raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
+        return row
+
+    def mark_item_done(self, job: str, key: str) -> bool:
+        """Record a stuck item as done, once its effect was checked; False if it was
+        done already."""
+        row = self._settled(job, key)
+        if row.state == ItemState.DONE:
+            return False
+        if not ledger.mark_done(self.database, job, key):
+            raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
+        return True
+
+    # -- asking a running node --------------------------------------------------------
+
+    def request_trigger(self, job: str, *, by: str) -> str:
+        """Ask a running node that knows the job to run it now, as a manual run (what
+        `trigger` does here, in the foreground); the request's id."""
+        self._job(job)
+        return asked.add(self.database, Draft(job, RequestKind.TRIGGER, by))
+
+    def request_rerun(self, job: str, period: Instant, *, force: bool = False, by: str) -> str:
+        """Ask a running node to run a period again as its next attempt; refused here
+        at once for what `rerun` refuses (no run, still running, succeeded without
+        `force`), and checked again by the node."""
+        moment = _instant("PERIOD", period)
+        repair.rerun_row(self.database, self._job(job).name, moment, force=force)
+        draft = Draft(job, RequestKind.RERUN, by, period=moment, force=force)
+        return asked.add(self.database, draft)
+
+    def request_backfill(
+        self, job: str, start: Instant, end: Instant, *, include_failed: bool = False, by: str
+    ) -> str:
+        """Ask a running node to backfill a range; refused here for a range `backfill`
+        refuses, planned again by the node when it takes it."""
+        first, last = _instant("--from", start), _instant("--to", end)
+        self.preview_backfill(job, first, last, include_failed=include_failed)
+        draft = Draft(
+            job,
+            RequestKind.BACKFILL,
+            by,
+            range_start=first,
+            range_end=last,
+            include_failed=include_failed,
+        )
+        return asked.add(self.database, draft)
+
+    def preview_backfill(
+        self, job: str, start: Instant, end: Instant, *, include_failed: bool = False
+    ) -> list[Step]:
+        """What a backfill of the range would do with each period (`backfill --dry-run`),
+        from the stored schedule: no job code needed."""
+        row = self._job(job)
+        first, last = _instant("--from", start), _instant("--to", end)
+        return repair.plan_range(
+            self.database,
+            row.name,
+            parse_schedule(row.cron, row.timezone),
+            first,
+            last,
+            now=queries.clock(self.database),
+            include_failed=include_failed,
+        )
+
+    def requests(self, job: str | None = None, *, limit: int = 20) -> list[RequestRow]:
+        """The newest requests and how they went, of one job or of every job."""
+        return asked.recent(self.database, job, limit)
+
+    def request(self, request_id: str) -> RequestRow:
+        found = asked.get(self.database, request_id)
+        if found is None:
+            raise UserError(f"no request with id {request_id!r}")
+        return found
+
     # -- helpers --------------------------------------------------------------------
+
+    def _job(self, name: str) -> JobRow:
+        rows = job_rows.all_jobs(self.database, [name])
+        if not rows:
+            raise UserError(
+                f"job {name!r}: name: unknown to this database "
+                "(a node registers a job when it starts)"
+            )
+        return rows[0]
+
+    def _settled(self, job: str, key: str) -> ItemRow:
+        """The item, unless it is missing or its run is still handling it."""
+        row = ledger.get_item(self.database, job, key)
+        if row is None:
+            raise UserError(f"job {job!r}: key {key!r}: no such item")
+        if row.in_progress:
+            raise UserError(
+                f"job {job!r}: key {key!r}: attempt {row.attempt} of run {row.run_id} is still "
+                "handling it; wait until that run ends"
+            )
+        return row
 
     def _foreground(
         self, job: Job, node_name: str | None, grace: Span, stop: threading.Event | None

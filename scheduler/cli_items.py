@@ -9,14 +9,14 @@ from typing import Any
 import click
 
 from scheduler import views
+from scheduler.admin import Admin
 from scheduler.cli import database_option, main
 from scheduler.cli_views import emit, json_option, reading
 from scheduler.errors import UserError
 from scheduler.retention import parse_retention
 from scheduler.store import items as ledger
 from scheduler.store import prune as retention
-from scheduler.store.database import Database
-from scheduler.store.items import ItemRow, ItemState
+from scheduler.store.items import ItemRow
 
 
 class ItemsGroup(click.Group):
@@ -114,19 +114,6 @@ def list_items(
     emit(as_json, [item_record(row) for row in rows], items_table)
 
 
-def _settled(database: Database, job: str, key: str) -> ItemRow:
-    """The item, unless it is missing or its run is still handling it."""
-    row = ledger.get_item(database, job, key)
-    if row is None:
-        raise UserError(f"job {job!r}: key {key!r}: no such item")
-    if row.in_progress:
-        raise UserError(
-            f"job {job!r}: key {key!r}: attempt {row.attempt} of run {row.run_id} is still "
-            "handling it; wait until that run ends"
-        )
-    return row
-
-
 @list_items.command(name="release")
 @click.argument("job")
 @click.argument("key")
@@ -134,9 +121,7 @@ def _settled(database: Database, job: str, key: str) -> ItemRow:
 def release_item(job: str, key: str, database_url: str) -> None:
     """Forget KEY of JOB, so that the next run that reaches it handles it again."""
     with reading(database_url) as database:
-        row = _settled(database, job, key)
-        if not ledger.release_item(database, job, key):
-            raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
+        row = Admin(database).release_item(job, key)
     click.echo(f"released {key!r} of job {job!r} (it was {'stuck' if row.stuck else row.state})")
 
 
@@ -147,12 +132,10 @@ def release_item(job: str, key: str, database_url: str) -> None:
 def mark_item_done(job: str, key: str, database_url: str) -> None:
     """Record a stuck KEY of JOB as done, once you have checked that its effect happened."""
     with reading(database_url) as database:
-        row = _settled(database, job, key)
-        if row.state == ItemState.DONE:
-            click.echo(f"{key!r} of job {job!r} is already done")
-            return
-        if not ledger.mark_done(database, job, key):
-            raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
+        marked = Admin(database).mark_item_done(job, key)
+    if not marked:
+        click.echo(f"{key!r} of job {job!r} is already done")
+        return
     click.echo(f"marked {key!r} of job {job!r} done")
 
 
