@@ -397,9 +397,10 @@ def migrate(
     database.dispose()
 
 
-# The operator commands (views and check; backfill, trigger, rerun, pause, resume, plan)
-# register themselves on `main`.
+# The operator commands (views and check; backfill, trigger, rerun, pause, resume, plan;
+# the web console) register themselves on `main`.
 from scheduler import (  # noqa: E402, F401
+    cli_console,
     cli_history,
     cli_items,
     cli_views,

@@ -1,8 +1,11 @@
-"""The operations endpoint of `scheduler run --http HOST:PORT`: /healthz, /readyz, /metrics.
+"""The operations endpoint of `scheduler run --http HOST:PORT`: /healthz, /readyz, /metrics,
+and the web console on every other path when its extra is installed.
 
-A small threaded server on a daemon thread; off unless asked for. It never writes:
-/readyz asks the database `SELECT 1`, checks the schema and the age of the node's
-last heartbeat; /metrics renders `scheduler.metrics.REGISTRY`.
+A small threaded server on a daemon thread; off unless asked for. The three endpoints
+never write: /readyz asks the database `SELECT 1`, checks the schema and the age of
+the node's last heartbeat; /metrics renders `scheduler.metrics.REGISTRY`. The console
+(`scheduler.console`, a WSGI application) is called for the other paths; it is also
+what `scheduler console` serves, with no node (and so no heartbeat) behind it.
 """
 
 from __future__ import annotations
@@ -11,23 +14,28 @@ import gzip
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
-from urllib.parse import urlsplit
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
+from urllib.parse import unquote, urlsplit
+from wsgiref.handlers import SimpleHandler
 
 import structlog
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import metrics
+from scheduler import console, metrics
 from scheduler.errors import UserError
 from scheduler.store import migrate, queries
 from scheduler.store.database import Database, first_line
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
 
 # A heartbeat older than this many intervals makes the node unready.
 STALE_BEATS = 3
@@ -70,7 +78,7 @@ class Heartbeat(Protocol):
 class Readiness:
     """Is this node fit to serve: database reachable, schema current, heartbeat fresh."""
 
-    def __init__(self, database: Database, heartbeat: Heartbeat) -> None:
+    def __init__(self, database: Database, heartbeat: Heartbeat | None) -> None:
         self._database = database
         self._heartbeat = heartbeat
         self._since = time.monotonic()
@@ -94,6 +102,8 @@ class Readiness:
         return self._note(verdicts)
 
     def _heartbeat_verdict(self) -> str:
+        if self._heartbeat is None:
+            return "ok"  # `scheduler console`: no node here to beat
         last = self._heartbeat.last_beat
         age = time.monotonic() - (self._since if last is None else last)
         limit = STALE_BEATS * self._heartbeat.interval
@@ -117,10 +127,14 @@ class Readiness:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     readiness: Readiness | None = None
+    console: WSGIApplication | None = None
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+OPERATIONS = ("/healthz", "/readyz", "/metrics")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -134,6 +148,13 @@ class _Handler(BaseHTTPRequestHandler):
         """What GET would answer, headers only (load balancers and uptime checks ask so)."""
         self._answer(with_body=False)
 
+    def do_POST(self) -> None:
+        """The console's actions; the three endpoints take no POST."""
+        if self.server.console is not None and urlsplit(self.path).path not in OPERATIONS:
+            self._wsgi(self.server.console)
+        else:
+            self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"GET or HEAD\n", "text/plain", True)
+
     def _answer(self, *, with_body: bool) -> None:
         path = urlsplit(self.path).path
         if path == "/healthz":
@@ -143,6 +164,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._send(HTTPStatus.OK, encoder(metrics.REGISTRY), content_type, with_body)
+        elif self.server.console is not None:
+            self._wsgi(self.server.console)
+        elif path == "/":
+            hint = f"the web console is not installed here: {console.INSTALL_HINT}\n"
+            self._send(HTTPStatus.NOT_FOUND, hint.encode(), "text/plain", with_body)
         else:
             self._send(
                 HTTPStatus.NOT_FOUND,
@@ -150,6 +176,37 @@ class _Handler(BaseHTTPRequestHandler):
                 "text/plain",
                 with_body,
             )
+
+    def _wsgi(self, app: WSGIApplication) -> None:
+        """Hand the request to a WSGI application (the console), as wsgiref's server does."""
+        handler = SimpleHandler(
+            self.rfile, cast(IO[bytes], self.wfile), sys.stderr, self._environ(), multithread=True
+        )
+        handler.server_software = self.server_version
+        handler.http_version = "1.0"
+        handler.run(app)
+        self.close_connection = True
+
+    def _environ(self) -> dict[str, Any]:
+        path, _, query = self.path.partition("?")
+        host, port = self.server.server_address[:2]
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": self.command,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": unquote(path, "iso-8859-1"),
+            "QUERY_STRING": query,
+            "SERVER_NAME": str(host),
+            "SERVER_PORT": str(port),
+            "SERVER_PROTOCOL": self.request_version,
+            "REMOTE_ADDR": self.client_address[0],
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": self.headers.get("Content-Length", ""),
+        }
+        for key, value in self.headers.items():
+            name = "HTTP_" + key.upper().replace("-", "_")
+            if name not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
+                environ[name] = f"{environ[name]},{value}" if name in environ else value
+        return environ
 
     def _ready(self, with_body: bool) -> None:
         readiness = self.server.readiness
@@ -194,6 +251,7 @@ class OperationsServer:
     """Bound early (a busy port is a user error before anything is written), served later."""
 
     def __init__(self, address: HttpAddress) -> None:
+        console.check_settings()  # a malformed SCHEDULER_CONSOLE_AUTH, before anything is written
         try:
             kind = _Server6 if ":" in address.host else _Server
             self._server = kind((address.host, address.port), _Handler)
@@ -206,8 +264,10 @@ class OperationsServer:
         host, port = self._server.server_address[:2]
         return HttpAddress(str(host), int(port))
 
-    def start(self, database: Database, heartbeat: Heartbeat) -> None:
+    def start(self, database: Database, heartbeat: Heartbeat | None) -> None:
+        """Serve; `heartbeat` is the node's (None for `scheduler console`, which has none)."""
         self._server.readiness = Readiness(database, heartbeat)
+        self._server.console = console.load(database)
         metrics.watch(database)
         self._thread.start()
         address = self.address

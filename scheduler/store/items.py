@@ -22,6 +22,7 @@ from sqlalchemy import (
     literal,
     null,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -199,16 +200,24 @@ def list_items(
 ) -> list[ItemRow]:
     """A job's items (every job's for None), most recently claimed first; `stuck_only`
     keeps the stuck ones."""
-    in_progress = _claimer_active()
+    conditions = []
+    if job is not None:
+        conditions.append(items.c.job == job)
+    if stuck_only:
+        conditions.append(and_(items.c.state == ItemState.CLAIMED.value, ~_claimer_active()))
+    return list_items_where(database, and_(true(), *conditions), limit)
+
+
+def list_items_where(
+    database: Database, condition: ColumnElement[bool], limit: int
+) -> list[ItemRow]:
+    """Items that meet the condition, most recently claimed first."""
     statement = (
-        select(items, in_progress.label("in_progress"))
+        select(items, _claimer_active().label("in_progress"))
+        .where(condition)
         .order_by(items.c.claimed_at.desc(), items.c.job, items.c.key)
         .limit(limit)
     )
-    if job is not None:
-        statement = statement.where(items.c.job == job)
-    if stuck_only:
-        statement = statement.where(items.c.state == ItemState.CLAIMED.value, ~in_progress)
     with database.transaction() as connection:
         return [_item(row._mapping) for row in connection.execute(statement)]
 

@@ -1,0 +1,127 @@
+"""The console's grids and charts as plain data, from rows already read: pure functions,
+so the templates only lay them out."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from scheduler.cron import Schedule, parse_schedule
+from scheduler.errors import ScheduleError
+from scheduler.states import RunStatus
+from scheduler.store.jobs import JobRow
+from scheduler.store.overview import Cell
+from scheduler.views import status_text
+
+UPCOMING = "upcoming"
+# The legend's order: outcomes first, then what is under way, then what is to come.
+LEGEND = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.TIMED_OUT,
+    RunStatus.ABANDONED,
+    RunStatus.SKIPPED,
+    RunStatus.MISSED,
+    RunStatus.RUNNING,
+    RunStatus.CLAIMED,
+    UPCOMING,
+)
+# What a status filter may name: a status of a recent period, or the job's state.
+FILTERS = (*LEGEND[:-1], "paused")
+
+
+@dataclass(frozen=True)
+class CellView:
+    status: str
+    title: str
+    href: str | None
+
+
+@dataclass(frozen=True)
+class GridRow:
+    job: JobRow
+    next_period: datetime | None
+    cells: list[CellView]
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: int
+    y: int
+    width: int
+    height: int
+    status: str
+    title: str
+
+
+@lru_cache(maxsize=4096)
+def schedule_of(cron: str, timezone: str) -> Schedule | None:
+    """A stored schedule, parsed once per process; None if this version cannot read it."""
+    try:
+        return parse_schedule(cron, timezone)
+    except ScheduleError:
+        return None
+
+
+def upcoming(job: JobRow, now: datetime, count: int) -> list[datetime]:
+    schedule = schedule_of(job.cron, job.timezone)
+    found: list[datetime] = []
+    moment: datetime | None = now
+    while schedule is not None and moment is not None and len(found) < count:
+        moment = schedule.next_after(moment)
+        if moment is not None:
+            found.append(moment)
+    return found
+
+
+def utc(moment: datetime | None) -> str:
+    """An instant to the second in UTC (in full when it has a fraction: a manual run)."""
+    if moment is None:
+        return "-"
+    moment = moment.astimezone(UTC)
+    text = moment.isoformat() if moment.microsecond else moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return text.replace("+00:00", "") + "Z"
+
+
+def cell(row: Cell) -> CellView:
+    title = f"{utc(row.period)} {status_text(row.status, row.reason)}"
+    if row.attempt > 1:
+        title += f", attempt {row.attempt}"
+    return CellView(row.status, title, f"/runs/{row.id}")
+
+
+def grid_row(job: JobRow, cells: Sequence[Cell], now: datetime, *, ahead: int) -> GridRow:
+    """A job's recent periods oldest first, then its next `ahead` periods."""
+    coming = upcoming(job, now, max(ahead, 1))
+    views = [cell(row) for row in cells]
+    views += [CellView(UPCOMING, f"{utc(moment)} upcoming", None) for moment in coming[:ahead]]
+    return GridRow(job, coming[0] if coming else None, views)
+
+
+def matches(job: JobRow, cells: Sequence[Cell], name: str, statuses: Collection[str]) -> bool:
+    """The overview's filters: a part of the name (any case), and any of the statuses
+    among the job's recent periods (or `paused` for a paused job)."""
+    if name and name.lower() not in job.name.lower():
+        return False
+    if not statuses:
+        return True
+    if "paused" in statuses and job.paused:
+        return True
+    return any(row.status in statuses for row in cells)
+
+
+def duration_bars(cells: Sequence[Cell], width: int, height: int) -> list[Bar]:
+    """One bar per period that ran, its height the run's duration against the longest."""
+    ran = [row for row in cells if row.duration_ms is not None]
+    if not ran:
+        return []
+    longest = max(row.duration_ms or 0 for row in ran) or 1
+    step = max(width // len(ran), 2)
+    bars = []
+    for index, row in enumerate(ran):
+        tall = max(round((row.duration_ms or 0) / longest * height), 1)
+        title = f"{utc(row.period)} {row.status}: {row.duration_ms} ms"
+        bars.append(Bar(index * step, height - tall, max(step - 1, 1), tall, row.status, title))
+    return bars

@@ -1,0 +1,188 @@
+"""What each console page shows, read from the database in a few statements whatever the
+number of jobs (the overview's count does not grow with them: see bench/console.py)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from scheduler import retirement
+from scheduler.admin import Admin, RunDetail
+from scheduler.check import alive
+from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
+from scheduler.shares import ONE_SHOT
+from scheduler.store import checkpoints, overview, queries
+from scheduler.store import items as ledger
+from scheduler.store import requests as asked
+from scheduler.store.database import Database
+from scheduler.store.items import ItemRow
+from scheduler.store.jobs import JobRow, all_jobs
+from scheduler.store.overview import Active
+from scheduler.store.queries import AttemptRow, NodeRow
+from scheduler.store.requests import RequestRow
+from scheduler.views import merged_attempts, node_state
+
+NODES_SHOWN_FOR = timedelta(days=1)
+JOB_HISTORY = 200
+CHART_PERIODS = 60
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the header of every page says about the nodes and the requests."""
+
+    now: datetime
+    daemons_alive: int
+    pending_requests: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    fleet: Fleet
+    rows: list[GridRow]
+    jobs: int
+    matching: int
+    page: int
+    pages: int
+    retired: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    fleet: Fleet
+    job: JobRow
+    state: str
+    history: GridRow
+    upcoming: list[tuple[datetime, datetime]]
+    bars: list[Bar]
+    stuck: list[ItemRow]
+    items: list[ItemRow]
+    requests: list[RequestRow]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    fleet: Fleet
+    detail: RunDetail
+    attempts: list[AttemptRow]
+    checkpoint: str | None
+    items: list[ItemRow]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: NodeRow
+    state: str
+    kind: str
+    running: list[Active]
+
+
+def fleet(admin: Admin) -> Fleet:
+    database = admin.database
+    now = queries.clock(database)
+    nodes = queries.list_nodes(database, seen_since=now - timedelta(minutes=1))
+    daemons = sum(1 for node in nodes if node.jobs_digest != ONE_SHOT and alive(node, now))
+    return Fleet(now, daemons, asked.count_pending(database))
+
+
+def read_overview(
+    admin: Admin, *, name: str, statuses: Collection[str], page: int, per: int, periods: int
+) -> Overview:
+    """One page of the grid: with a status filter every job's recent periods are read to
+    find the matching ones, without it only those of the page's jobs."""
+    database = admin.database
+    header = fleet(admin)
+    jobs = all_jobs(database)
+    named = [job for job in jobs if not name or name.lower() in job.name.lower()]
+    if statuses:
+        cells = overview.recent_cells(database, [job.name for job in named], periods)
+        named = [job for job in named if matches(job, cells.get(job.name, []), "", statuses)]
+    pages = max((len(named) + per - 1) // per, 1)
+    page = min(max(page, 1), pages)
+    shown = named[(page - 1) * per : page * per]
+    if not statuses:
+        cells = overview.recent_cells(database, [job.name for job in shown], periods)
+    retired = _retired(database, shown, header.now)
+    rows = [grid_row(job, cells.get(job.name, []), header.now, ahead=2) for job in shown]
+    return Overview(header, rows, len(jobs), len(named), page, pages, retired)
+
+
+def read_job(admin: Admin, name: str) -> JobPage | None:
+    database = admin.database
+    found = all_jobs(database, [name])
+    if not found:
+        return None
+    job = found[0]
+    header = fleet(admin)
+    cells = overview.recent_cells(database, [name], JOB_HISTORY).get(name, [])
+    zone = ZoneInfo(job.timezone)
+    coming = [(moment, moment.astimezone(zone)) for moment in upcoming(job, header.now, 5)]
+    stuck = ledger.list_items(database, name, stuck_only=True, limit=100)
+    recent = [item for item in ledger.list_items(database, name, limit=50) if not item.stuck]
+    retired = _retired(database, [job], header.now)
+    return JobPage(
+        fleet=header,
+        job=job,
+        state="retired" if retired else ("paused" if job.paused else "active"),
+        history=grid_row(job, cells, header.now, ahead=3),
+        upcoming=coming,
+        bars=duration_bars(cells[-CHART_PERIODS:], 600, 80),
+        stuck=stuck,
+        items=recent,
+        requests=asked.recent(database, name, 10),
+    )
+
+
+def read_run(admin: Admin, detail: RunDetail) -> RunPage:
+    database = admin.database
+    return RunPage(
+        fleet=fleet(admin),
+        detail=detail,
+        attempts=merged_attempts(detail.run, detail.attempts),
+        checkpoint=checkpoints.load(database, detail.run.id),
+        items=overview.items_of_run(database, detail.run.id),
+    )
+
+
+def read_nodes(admin: Admin, *, everything: bool) -> tuple[Fleet, list[NodeView]]:
+    """The daemons heard from within a day (every node with `everything`), and the runs
+    each holds now."""
+    database = admin.database
+    header = fleet(admin)
+    since = None if everything else header.now - NODES_SHOWN_FOR
+    rows = queries.list_nodes(database, seen_since=since)
+    if not everything:
+        rows = [node for node in rows if node.jobs_digest != ONE_SHOT]
+    held: dict[str | None, list[Active]] = defaultdict(list)
+    for run in overview.in_progress(database):
+        held[run.holder].append(run)
+    views = [
+        NodeView(
+            node,
+            node_state(node, header.now),
+            "one-shot" if node.jobs_digest == ONE_SHOT else "daemon",
+            held.get(node.id, []),
+        )
+        for node in rows
+    ]
+    return header, views
+
+
+def request_state(request: RequestRow, header: Fleet) -> str:
+    """Where a request stands, in words for the page."""
+    if request.outcome is not None:
+        return request.outcome
+    if request.taken_by is not None:
+        return f"taken by {request.taken_by}"
+    if header.daemons_alive == 0:
+        return "waiting for a node: no node is alive; it runs when one that knows the job starts"
+    return "waiting for a node that knows the job (nodes look every second)"
+
+
+def _retired(database: Database, jobs: list[JobRow], now: datetime) -> set[str]:
+    if not jobs:
+        return set()
+    return retirement.retired_among(database, jobs, lambda node: alive(node, now), now)
