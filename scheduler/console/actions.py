@@ -111,7 +111,9 @@ def _authorized(action: str, job: str) -> Actor:
         _deny(action, job, "read-only", 403)
     who = actor()
     if who is None:
-        _deny(action, job, "no credentials", 401)
+        # A script is challenged (401); a browser's form is answered with a page that
+        # says to sign in, not a login dialog that would re-send a form without a token.
+        _deny(action, job, "no credentials", 403 if "form_token" in request.form else 401)
     assert who is not None
     if who.via is Via.BASIC and not _same_site(credentials.form_token(who)):
         _deny(action, job, "form token or origin", 403)
@@ -132,8 +134,8 @@ def _same_site(token: str) -> bool:
 REASONS = {
     "read-only": "This console is read-only: no credentials are configured "
     "(set SCHEDULER_CONSOLE_AUTH; see the README's Web console section). Nothing was changed.",
-    "no credentials": "Sign in to act: this needs a name and secret from "
-    "SCHEDULER_CONSOLE_AUTH. Nothing was changed.",
+    "no credentials": "Sign in to act (the link at the top right): this needs a name and "
+    "secret from SCHEDULER_CONSOLE_AUTH. Nothing was changed.",
     "form token or origin": "This form is stale or came from another site: reload the page "
     "and try again. Nothing was changed.",
 }

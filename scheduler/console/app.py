@@ -91,7 +91,8 @@ def _secure(response: Response) -> Response:
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Referrer-Policy"] = "no-referrer"
+    # Not no-referrer: under it a browser sends `Origin: null` with its forms.
+    response.headers["Referrer-Policy"] = "same-origin"
     if not request.path.startswith("/static/"):
         response.headers["Cache-Control"] = "no-store"
     return _compressed(response)

@@ -65,11 +65,12 @@ def request_page(console: Console, answer: Answer) -> str:
 
 def finished(console: Console, path: str) -> Answer:
     """The request's page once a node wrote its outcome."""
-    return wait_for(
+    page: Answer = wait_for(
         lambda: (page := console.get(path)).body.count('class="state-pending"') == 0 and page,
         timeout=20,
         what=f"an outcome on {path}",
     )
+    return page
 
 
 def test_actions_need_credentials_and_a_form_token_and_are_logged(
@@ -98,6 +99,9 @@ def test_actions_need_credentials_and_a_form_token_and_are_logged(
         assert denied.headers["WWW-Authenticate"].startswith("Basic ")
         wrong = anonymous.as_user("alice", "guess").post("/actions/pause", {"job": "heartbeat"})
         assert wrong.status == 401
+        form = anonymous.post("/actions/pause", {"job": "heartbeat", "form_token": ""})
+        assert form.status == 403, "a browser's form is told to sign in, not challenged"
+        assert "Sign in to act" in form.body
         alice = anonymous.as_user("alice", "s3cret")
         page = alice.get("/jobs/heartbeat")
         assert "signed in as <b>alice</b>" in page.body
@@ -162,6 +166,7 @@ def test_actions_need_credentials_and_a_form_token_and_are_logged(
     ]
     reasons = [e["reason"] for e in events if e["event"] == "console_action_denied"]
     assert reasons == [
+        "no credentials",
         "no credentials",
         "no credentials",
         "form token or origin",
