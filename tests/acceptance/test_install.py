@@ -17,6 +17,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,3 +290,22 @@ def test_run_once_runs_an_example_job_when_asked(image: Image) -> None:
     assert done.returncode == 0, done.stderr + done.stdout
     rows = run_rows(image.database_url, "heartbeat")
     assert [row["status"] for row in rows][-1:] == [RunStatus.SUCCEEDED]
+
+
+def test_the_image_has_no_console_and_its_root_says_how_to_add_it(
+    image: Image, running: tuple[subprocess.Popen[bytes], Path, str]
+) -> None:
+    """The image carries the daemon only (requirements.lock has no console extra):
+    /healthz works, / names the extra, and `scheduler console` refuses in one line."""
+    _process, log, address = running
+    with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as response:
+        assert response.status == 200, log.read_text()[-2000:]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{address}/", timeout=10)
+    assert refused.value.code == 404
+    assert "pip install 'cronclaim[console]'" in refused.value.read().decode()
+    console = image.run(["console", "--http", "127.0.0.1:0"])
+    assert console.returncode == 2
+    assert console.stderr == (
+        "error: console: the web console needs its extra: pip install 'cronclaim[console]'\n"
+    )
