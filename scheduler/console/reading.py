@@ -98,13 +98,12 @@ def read_overview(
     jobs = all_jobs(database)
     named = [job for job in jobs if not name or name.lower() in job.name.lower()]
     if statuses:
-        cells = overview.recent_cells(database, [job.name for job in named], periods)
-        named = [job for job in named if matches(job, cells.get(job.name, []), "", statuses)]
+        having = overview.jobs_with(database, [job.name for job in named], periods, statuses)
+        named = [job for job in named if job.name in having or matches(job, [], "", statuses)]
     pages = max((len(named) + per - 1) // per, 1)
     page = min(max(page, 1), pages)
     shown = named[(page - 1) * per : page * per]
-    if not statuses:
-        cells = overview.recent_cells(database, [job.name for job in shown], periods)
+    cells = overview.recent_cells(database, [job.name for job in shown], periods)
     retired = _retired(database, shown, header.now)
     rows = [grid_row(job, cells.get(job.name, []), header.now, ahead=2) for job in shown]
     return Overview(header, rows, len(jobs), len(named), page, pages, retired)

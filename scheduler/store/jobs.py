@@ -88,7 +88,7 @@ def all_jobs(database: Database, names: Collection[str] | None = None) -> list[J
     if names is not None:
         statement = statement.where(jobs.c.name.in_(sorted(names)))
     with database.transaction() as connection:
-        return [JobRow(**row._mapping) for row in connection.execute(statement)]
+        return [JobRow(**row._mapping) for row in connection.execute(statement).all()]
 
 
 def set_paused(database: Database, name: str, *, paused: bool) -> bool:

@@ -5,11 +5,11 @@ runs in progress by node, the items of one run."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, func, literal, select
+from sqlalchemy import ColumnElement, FromClause, and_, func, literal, select, true
 
 from scheduler.store.database import Database
 from scheduler.store.items import ItemRow, list_items_where
@@ -54,10 +54,66 @@ _CELL_COLUMNS = [runs.c[name] for name in Cell.__dataclass_fields__]
 def recent_cells(database: Database, names: Sequence[str], per_job: int) -> dict[str, list[Cell]]:
     """The newest `per_job` periods of each named job, oldest first.
 
-    One statement per 1,000 names. Each job's cut-off (its `per_job`-th newest period)
-    is one index seek on the primary key (job, period), and the rows after it another
-    range of the same index, so a job's older history is never read.
+    One statement per 1,000 names, reading only those runs (see `_recent`).
     """
+    found: dict[str, list[Cell]] = defaultdict(list)
+    with database.transaction() as connection:
+        for start in range(0, len(names), NAMES_PER_STATEMENT):
+            chunk = list(names[start : start + NAMES_PER_STATEMENT])
+            recent, on = _recent(database, _CELL_COLUMNS, per_job)
+            statement = (
+                select(*[recent.c[name] for name in Cell.__dataclass_fields__])
+                .select_from(jobs)
+                .join(recent, on)
+                .where(jobs.c.name.in_(chunk))
+                .order_by(recent.c.job, recent.c.period)
+            )
+            # Fetched at once: psycopg's row-by-row fetch costs 13 µs a row, 5,000 a page.
+            for row in connection.execute(statement).all():
+                found[row.job].append(Cell(*row))
+    return dict(found)
+
+
+def jobs_with(
+    database: Database, names: Sequence[str], per_job: int, statuses: Collection[str]
+) -> set[str]:
+    """The named jobs with a period in one of `statuses` among their newest `per_job`:
+    the overview's status filter, decided by the database (only names come back)."""
+    found: set[str] = set()
+    with database.transaction() as connection:
+        for start in range(0, len(names), NAMES_PER_STATEMENT):
+            chunk = list(names[start : start + NAMES_PER_STATEMENT])
+            recent, on = _recent(database, [runs.c.job, runs.c.status], per_job)
+            statement = (
+                select(recent.c.job)
+                .distinct()
+                .select_from(jobs)
+                .join(recent, on)
+                .where(jobs.c.name.in_(chunk), recent.c.status.in_(list(statuses)))
+            )
+            found.update(connection.execute(statement).scalars())
+    return found
+
+
+def _recent(
+    database: Database, columns: Sequence[ColumnElement[object]], per_job: int
+) -> tuple[FromClause, ColumnElement[bool]]:
+    """What to join to `scheduler_jobs`, and on what, for each job's newest `per_job`
+    runs, reading those rows only, never a job's older history.
+
+    PostgreSQL: a LATERAL subquery, one backward scan of the primary key (job, period)
+    per job. SQLite has no LATERAL: the runs table itself, on the job and a period from
+    its cut-off on (the job's `per_job`-th newest period: one seek of the same index).
+    """
+    if database.is_postgres:
+        lateral = (
+            select(*columns)
+            .where(runs.c.job == jobs.c.name)
+            .order_by(runs.c.period.desc())
+            .limit(per_job)
+            .lateral("recent")
+        )
+        return lateral, true()
     older = runs.alias("older")
     cutoff = (
         select(older.c.period)
@@ -68,24 +124,8 @@ def recent_cells(database: Database, names: Sequence[str], per_job: int) -> dict
         .correlate(jobs)
         .scalar_subquery()
     )
-    found: dict[str, list[Cell]] = defaultdict(list)
-    with database.transaction() as connection:
-        for start in range(0, len(names), NAMES_PER_STATEMENT):
-            chunk = list(names[start : start + NAMES_PER_STATEMENT])
-            statement = (
-                select(*_CELL_COLUMNS)
-                .select_from(jobs)
-                .join(
-                    runs,
-                    # No cut-off: the job has fewer periods than asked, all are shown.
-                    and_(runs.c.job == jobs.c.name, runs.c.period >= func.coalesce(cutoff, EPOCH)),
-                )
-                .where(jobs.c.name.in_(chunk))
-                .order_by(runs.c.job, runs.c.period)
-            )
-            for row in connection.execute(statement):
-                found[row.job].append(Cell(**row._mapping))
-    return dict(found)
+    # No cut-off: the job has fewer periods than asked, all are shown.
+    return runs, and_(runs.c.job == jobs.c.name, runs.c.period >= func.coalesce(cutoff, EPOCH))
 
 
 def in_progress(database: Database) -> list[Active]:

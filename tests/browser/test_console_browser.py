@@ -40,7 +40,7 @@ def _row(driver: webdriver.Chrome, job: str) -> webdriver.remote.webelement.WebE
 
 def _newest(driver: webdriver.Chrome, job: str) -> str:
     cells = _row(driver, job).find_elements(By.CSS_SELECTOR, "a.c")
-    return cells[-1].get_attribute("title") if cells else ""
+    return (cells[-1].get_attribute("title") or "") if cells else ""
 
 
 def test_a_failed_period_is_a_failed_cell_opening_its_traceback_as_text_and_the_grid_is_live(
@@ -56,7 +56,7 @@ def test_a_failed_period_is_a_failed_cell_opening_its_traceback_as_text_and_the_
         name = _row(browser, XSS_JOB).find_element(By.CSS_SELECTOR, "td.name a")
         assert name.text == XSS_JOB, "markup in a job name is shown as text"
         assert not name.find_elements(By.TAG_NAME, "b")
-        assert "failed" in failed[-1].get_attribute("title")
+        assert "failed" in (failed[-1].get_attribute("title") or "")
 
         # Live: a newer period appears without a reload (the marker set here survives).
         browser.execute_script("window.stayed = true;")
