@@ -7,6 +7,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from html import escape
+
+from markupsafe import Markup
 
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError
@@ -44,6 +47,19 @@ class GridRow:
     job: JobRow
     next_period: datetime | None
     cells: list[CellView]
+
+    @property
+    def strip(self) -> Markup:
+        """The cells as markup, every attribute escaped here: a page of 100 jobs has 5,000
+        cells, and escaping each value in the template took a third of its time."""
+        return Markup("".join(map(_cell_html, self.cells)))  # noqa: S704 - escaped below
+
+
+def _cell_html(view: CellView) -> str:
+    status, title = escape(view.status, quote=True), escape(view.title, quote=True)
+    if view.href is None:
+        return f'<i class="c s-{status}" title="{title}"></i>'
+    return f'<a class="c s-{status}" href="{escape(view.href, quote=True)}" title="{title}"></a>'
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from scheduler.console.grid import FILTERS
 from scheduler.errors import UserError
 
 blueprint = Blueprint("pages", __name__)
-PER_PAGE, MAX_PER_PAGE = 100, 1000
+# A page of 100 jobs answers in ~0.12 s at 1,000 jobs; 1,000 on one page took 1.3 s (and
+# 1.3 MB gzipped) every three seconds while open, so a page holds at most 200.
+PER_PAGE, MAX_PER_PAGE = 100, 200
 PERIODS, MAX_PERIODS = 50, 200
 NOTICES = {
     "paused": "Paused: its periods are recorded skipped (reason paused) on every node.",

@@ -62,3 +62,14 @@ def test_instants_are_utc_with_a_z_and_a_manual_run_keeps_its_fraction() -> None
     assert utc(NOW) == "2026-12-01T12:00:30Z"
     assert utc(NOW.replace(microsecond=1)) == "2026-12-01T12:00:30.000001Z"
     assert utc(None) == "-"
+
+
+def test_the_cell_markup_escapes_every_attribute() -> None:
+    hostile = Cell("j", NOW, 'x"><script>1</script>', "fail<ed", "a&b", 1, "schedule", 1)
+    row = grid_row(job(), [hostile], NOW, ahead=1)
+    html = str(row.strip)
+    assert "<script>" not in html
+    assert 'href="/runs/x&quot;&gt;&lt;script&gt;1&lt;/script&gt;"' in html
+    assert 'class="c s-fail&lt;ed"' in html
+    assert "fail&lt;ed (a&amp;b)" in html
+    assert html.endswith('title="2026-12-01T12:01:00Z upcoming"></i>')
