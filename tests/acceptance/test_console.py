@@ -57,6 +57,15 @@ def succeeded(database_url: str, job: str, count: int) -> list[dict[str, Any]]:
     return rows if len(rows) == count else []
 
 
+def succeeded_once(database_url: str, job: str) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = wait_for(
+        lambda: [row for row in run_rows(database_url, job) if row["status"] == "succeeded"],
+        timeout=15,
+        what=f"a success of {job}",
+    )
+    return rows[0]
+
+
 def request_page(console: Console, answer: Answer) -> str:
     assert answer.status == 303, answer.body
     assert answer.location is not None
@@ -337,3 +346,69 @@ def test_the_standalone_console_works_while_every_node_is_down(
             assert later.stop() == 0
         console_process.stop()
     assert any(event["event"] == "http_listening" for event in console_process.events())
+
+
+def test_a_stuck_item_is_listed_first_and_marked_done_and_the_nodes_page_shows_what_runs(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    node = start_node(
+        tmp_path,
+        "worker",
+        sqlite_url,
+        "console,sleeper",
+        ["--http", "127.0.0.1:0"],
+        SCHEDULER_CONSOLE_AUTH=AUTH,
+        EXECUTION_LOG=str(tmp_path / "evidence.log"),
+        SLEEP_SECONDS="30",
+    )
+    try:
+        console = Console.of(node).with_token("tok-123")
+        nodes = wait_for(
+            lambda: "sleeper" in (page := console.get("/nodes")).body and page,
+            timeout=15,
+            what="the sleeper on the nodes page",
+        )
+        assert '<span class="badge alive">alive</span>' in nodes.body
+        assert "(running)" in nodes.body
+
+        path = request_page(console, console.post("/actions/trigger", {"job": "mailer"}))
+        assert "manual run claimed" in finished(console, path).body
+        job_page = wait_for(
+            lambda: 'class="stuck"' in (page := console.get("/jobs/mailer")).body and page,
+            timeout=15,
+            what="the stuck item on the job page",
+        )
+        assert "email:&lt;b&gt;42&lt;/b&gt;" in job_page.body
+        assert "1 stuck" in job_page.body
+        done = console.post("/actions/done", {"job": "mailer", "key": "email:<b>42</b>"})
+        assert done.status == 303
+        after = console.get("/jobs/mailer?notice=done")
+        assert "Marked done" in after.body
+        assert 'class="stuck"' not in after.body
+        again = console.post("/actions/release", {"job": "mailer", "key": "email:nope"})
+        assert again.status == 400
+        assert "key &#39;email:nope&#39;: no such item" in again.body
+    finally:
+        node.kill()
+
+
+def test_malformed_credentials_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    database = tmp_path / "never.db"
+    for command in (
+        ["run", "--migrate", "--jobs", "tests.acceptance.jobmods.console", "--http", "127.0.0.1:0"],
+        ["console", "--http", "127.0.0.1:0"],
+    ):
+        result = subprocess.run(
+            [SCHEDULER, *command, "--database-url", f"sqlite:///{database}"],
+            cwd=tmp_path,
+            env=environment(SCHEDULER_CONSOLE_AUTH="alice"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == (
+            "error: SCHEDULER_CONSOLE_AUTH: expected NAME:SECRET pairs, got an entry 'alice'\n"
+        )
+        assert not database.exists()
