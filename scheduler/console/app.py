@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import gzip
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import cast
-from zoneinfo import ZoneInfo
 
 import structlog
 from flask import Flask, Response, current_app, g, request
@@ -51,7 +49,6 @@ def create_app(database: Database, credentials: Credentials | None = None) -> Fl
     app.after_request(_secure)
     app.jinja_env.filters.update(
         utc=grid.utc,
-        local=_local,
         duration=duration_text,
         status=status_text,
         origin=origin_text,
@@ -114,10 +111,3 @@ def _compressed(response: Response) -> Response:
     response.headers["Content-Encoding"] = "gzip"
     response.headers["Vary"] = "Accept-Encoding"
     return response
-
-
-def _local(moment: datetime | None, zone: str) -> str:
-    if moment is None:
-        return "-"
-    local = moment.astimezone(UTC).astimezone(ZoneInfo(zone))
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z")

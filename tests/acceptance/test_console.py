@@ -112,6 +112,10 @@ def test_actions_need_credentials_and_a_form_token_and_are_logged(
         assert form.status == 403, "a browser's form is told to sign in, not challenged"
         assert "Sign in to act" in form.body
         alice = anonymous.as_user("alice", "s3cret")
+        assert anonymous.get("/login").status == 401, "the sign-in link asks for basic auth"
+        signed_in = alice.get("/login?next=/jobs/heartbeat")
+        assert (signed_in.status, signed_in.location) == (303, "/jobs/heartbeat")
+        assert alice.get("/login?next=https://evil.example/").location == "/", "stays here"
         page = alice.get("/jobs/heartbeat")
         assert "signed in as <b>alice</b>" in page.body
         assert alice.post("/actions/pause", {"job": "heartbeat"}).status == 403, "no form token"
