@@ -28,6 +28,9 @@ from scheduler.views import merged_attempts, node_state
 NODES_SHOWN_FOR = timedelta(days=1)
 JOB_HISTORY = 200
 CHART_PERIODS = 60
+# Nodes look for requests every second: one still untaken after this, with nodes alive,
+# is probably of a job none of them runs.
+UNTAKEN_AFTER = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Fleet:
     now: datetime
     daemons_alive: int
     pending_requests: int
+    # Nodes of any kind heard from within NODE_SILENT_AFTER.
+    alive: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,9 @@ def fleet(admin: Admin) -> Fleet:
     database = admin.database
     now = queries.clock(database)
     nodes = queries.list_nodes(database, seen_since=now - timedelta(minutes=1))
-    daemons = sum(1 for node in nodes if node.jobs_digest != ONE_SHOT and alive(node, now))
-    return Fleet(now, daemons, asked.count_pending(database))
+    living = [node for node in nodes if alive(node, now)]
+    daemons = sum(1 for node in living if node.jobs_digest != ONE_SHOT)
+    return Fleet(now, daemons, asked.count_pending(database), frozenset(node.id for node in living))
 
 
 def read_overview(
@@ -171,13 +177,24 @@ def read_nodes(admin: Admin, *, everything: bool) -> tuple[Fleet, list[NodeView]
 
 
 def request_state(request: RequestRow, header: Fleet) -> str:
-    """Where a request stands, in words for the page."""
+    """Where a request stands, in words for the page: what an on-call engineer needs to
+    know to wait, or to look and ask again."""
     if request.outcome is not None:
         return request.outcome
     if request.taken_by is not None:
-        return f"taken by {request.taken_by}"
+        if request.taken_by in header.alive:
+            return f"taken by {request.taken_by}"
+        return (
+            f"taken by {request.taken_by}, which stopped answering before it wrote the "
+            "outcome: look at the job's runs, then ask again if it did not run"
+        )
     if header.daemons_alive == 0:
         return "waiting for a node: no node is alive; it runs when one that knows the job starts"
+    if header.now - request.requested_at > UNTAKEN_AFTER:
+        return (
+            "waiting for a node: none of the live nodes took it; does any of them run this "
+            "job? It expires unrun an hour after it was asked"
+        )
     return "waiting for a node that knows the job (nodes look every second)"
 
 
