@@ -244,7 +244,8 @@ def prepare(
     envvar="SCHEDULER_HTTP",
     default=None,
     show_envvar=True,
-    help="Serve /healthz, /readyz and /metrics on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
+    help="Serve /healthz, /readyz, /metrics (and the web console, with the console extra) "
+    "on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
 )
 @click.option(
     "--metrics-per-job/--no-metrics-per-job",
