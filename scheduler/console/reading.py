@@ -63,6 +63,7 @@ class JobPage:
     history: GridRow
     upcoming: list[tuple[datetime, datetime]]
     bars: list[Bar]
+    longest_ms: int
     stuck: list[ItemRow]
     items: list[ItemRow]
     requests: list[RequestRow]
@@ -135,6 +136,7 @@ def read_job(admin: Admin, name: str) -> JobPage | None:
         history=grid_row(job, cells, header.now, ahead=3),
         upcoming=coming,
         bars=duration_bars(cells[-CHART_PERIODS:], 600, 80),
+        longest_ms=max((cell.duration_ms or 0 for cell in cells[-CHART_PERIODS:]), default=0),
         stuck=stuck,
         items=recent,
         requests=asked.recent(database, name, 10),
