@@ -25,12 +25,12 @@ import structlog
 
 from bench import harness
 from scheduler import logs
-from scheduler.context import RunContext
-from scheduler.dispatch import Dispatcher
+from scheduler.model import ClaimResult, Due
 from scheduler.registry import Job, job
-from scheduler.store import runs
+from scheduler.run.context import RunContext
+from scheduler.run.dispatcher import Dispatcher
+from scheduler.store import claims
 from scheduler.store.database import open_database
-from scheduler.store.runs import ClaimResult, Due
 
 
 def main() -> int:
@@ -77,7 +77,7 @@ def _measure(count: int, workers: int, execution_log: Path) -> dict[str, str]:
 
         machine_before, usage_before = harness.machine_busy_seconds(), _usage()
         began = time.perf_counter()
-        runs.claim(database, due, "bench", committed=dispatch)
+        claims.claim(database, due, "bench", committed=dispatch)
         claimed = time.perf_counter()
         for future in futures:
             future.result()

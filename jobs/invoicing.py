@@ -8,7 +8,7 @@ checkpoints for a long customer list.
   the process dies mid-send, the key stays claimed and `scheduler items invoicing
   --stuck` lists it for someone to check.
 - A checkpoint after every batch lets a later attempt start after the last finished
-  batch instead of asking the ledger about every customer again.
+  batch instead of asking the items table about every customer again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Cron jobs that run once per period across any number of replicas, and lose none."""
 
-from scheduler.context import RunContext
+from scheduler.errors import RunLostError
 from scheduler.registry import Job, job
+from scheduler.run.context import RunContext
 
-__all__ = ["Job", "RunContext", "job"]
+__all__ = ["Job", "RunContext", "RunLostError", "job"]

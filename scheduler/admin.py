@@ -26,22 +26,22 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 
 from scheduler import check as checking
-from scheduler import repair
 from scheduler.config import DEFAULT_GRACE, node_identity, parse_instant, parse_option_duration
 from scheduler.cron import parse_schedule
 from scheduler.errors import UserError
-from scheduler.oneshot import Foreground
+from scheduler.model import JobRow
+from scheduler.node import repair
+from scheduler.node.foreground import Foreground
+from scheduler.node.repair import Step
 from scheduler.registry import Job
-from scheduler.repair import Step
 from scheduler.states import RunStatus
-from scheduler.store import items as ledger
+from scheduler.store import items as stored_items
 from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
 from scheduler.store import requests as asked
 from scheduler.store.database import Database, open_database
 from scheduler.store.items import ItemRow, ItemState
-from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, RunRow
 from scheduler.store.requests import Draft, RequestKind, RequestRow
 from scheduler.views import iso
@@ -154,7 +154,7 @@ class Admin:
     def stuck_items(self, job: str | None = None, *, limit: int = 100) -> list[ItemRow]:
         """Items claimed by an attempt that ended without finishing them, of every job or
         of one, most recently claimed first."""
-        return ledger.list_items(self.database, job, stuck_only=True, limit=limit)
+        return stored_items.list_items(self.database, job, stuck_only=True, limit=limit)
 
     # -- changing the fleet -----------------------------------------------------------
 
@@ -248,7 +248,7 @@ class Admin:
         """Forget an item, so that the next run that reaches it handles it again; the
         item as it was. Refused while the attempt that claimed it still runs."""
         row = self._settled(job, key)
-        if not ledger.release_item(self.database, job, key):
+        if not stored_items.release_item(self.database, job, key):
             raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
         return row
 
@@ -258,7 +258,7 @@ class Admin:
         row = self._settled(job, key)
         if row.state == ItemState.DONE:
             return False
-        if not ledger.mark_done(self.database, job, key):
+        if not stored_items.mark_done(self.database, job, key):
             raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
         return True
 
@@ -336,7 +336,7 @@ class Admin:
 
     def _settled(self, job: str, key: str) -> ItemRow:
         """The item, unless it is missing or its run is still handling it."""
-        row = ledger.get_item(self.database, job, key)
+        row = stored_items.get_item(self.database, job, key)
         if row is None:
             raise UserError(f"job {job!r}: key {key!r}: no such item")
         if row.in_progress:

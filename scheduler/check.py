@@ -28,17 +28,20 @@ from scheduler import retirement
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import UserError
+from scheduler.model import SILENT_BEATS, JobRow
+from scheduler.policy import Policy
 from scheduler.states import Reason, RunStatus
-from scheduler.store import items as ledger
+from scheduler.store import items as stored_items
 from scheduler.store import queries
 from scheduler.store.database import Database
 from scheduler.store.items import ItemRow
-from scheduler.store.jobs import JobRow, all_jobs
+from scheduler.store.jobs import all_jobs
 from scheduler.store.queries import NodeRow, RunRow, Success
 
 DEFAULT_WINDOW = timedelta(days=1)
-# A node that has not beaten for three default heartbeats (10 s each) is not alive.
-NODE_SILENT_AFTER = timedelta(seconds=30)
+# A node that missed SILENT_BEATS default heartbeats is not alive (the table holds no
+# node's own interval).
+NODE_SILENT_AFTER = SILENT_BEATS * Policy().heartbeat
 # Stuck items read per check; more are counted as "at least" this many.
 STUCK_LIMIT = 1000
 # Keys of stuck items named in a finding; `scheduler items JOB --stuck` lists them all.
@@ -239,7 +242,7 @@ def gather(
         queries.last_successes(database),
         queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
     )
-    stuck_items = ledger.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
+    stuck_items = stored_items.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
     findings += stuck(stuck_items, {job.name for job in jobs})
     return Report(
         checked_at=now,

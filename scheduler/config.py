@@ -11,7 +11,7 @@ from importlib.metadata import version
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
-from scheduler.store.nodes import NodeIdentity
+from scheduler.model import NodeIdentity
 
 # The name on the package index: `scheduler` there is another project. The import name
 # and the command stay `scheduler`.

@@ -31,3 +31,9 @@ class JobDefinitionError(UserError):
 
 class SchemaOutdatedError(UserError):
     """The database has no schema, or an older one than this code needs."""
+
+
+class RunLostError(RuntimeError):
+    """The run is no longer held by this attempt (its lease expired and another node took
+    it, or it was abandoned): nothing more may be claimed or checkpointed for it. Not a
+    user mistake: a job sees it from `once`, `item` and `checkpoint`."""

@@ -1,9 +1,9 @@
 """A Prometheus histogram per job, kept as plain counts.
 
-prometheus_client makes a child object per label value, with a lock for each bucket:
-about 40 µs to create and a few kilobytes to keep, paid by every job the first time it
-runs on a node. With 10,000 jobs that is most of the cost of a burst of first runs and
-tens of megabytes of memory. Here a job's histogram is one list of counts under one
+prometheus_client makes a child object per label value, with a lock for each bucket,
+slow to create and kilobytes to keep, paid by every job the first time it runs on a
+node. With thousands of jobs that was most of the cost of a burst of first runs and of
+the node's memory. Here a job's histogram is one list of counts under one
 lock, rendered into the usual `_bucket`, `_count` and `_sum` series at scrape time.
 """
 

@@ -26,19 +26,18 @@ from wsgiref.handlers import SimpleHandler
 
 import structlog
 from prometheus_client.exposition import choose_encoder
-from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import console, metrics
 from scheduler.errors import UserError
+from scheduler.model import SILENT_BEATS
 from scheduler.store import migrate, queries
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError, first_line
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
-# A heartbeat older than this many intervals makes the node unready.
-STALE_BEATS = 3
 # Bodies smaller than this go uncompressed: gzip would save nothing worth its time.
 GZIP_FROM_BYTES = 1024
 # Fast: a 10,000-job scrape compresses in a fraction of its render time.
@@ -66,7 +65,7 @@ def parse_address(raw: str) -> HttpAddress:
 
 
 class Heartbeat(Protocol):
-    """The node's heartbeat thread as /readyz sees it (`scheduler.keeper.Keeper`)."""
+    """The node's heartbeat thread as /readyz sees it (`scheduler.node.heartbeat.Heartbeat`)."""
 
     @property
     def last_beat(self) -> float | None: ...
@@ -91,13 +90,13 @@ class Readiness:
         verdicts = {"database": "ok", "schema": "ok", "heartbeat": self._heartbeat_verdict()}
         try:
             queries.probe(self._database)
-        except (SQLAlchemyError, UserError) as error:
+        except (StoreError, UserError) as error:
             verdicts["database"] = first_line(error)
             verdicts["schema"] = "not checked: no database"
             return self._note(verdicts)
         try:
             migrate.require_current_schema(self._database)
-        except (SQLAlchemyError, UserError) as error:
+        except (StoreError, UserError) as error:
             verdicts["schema"] = first_line(error)
         return self._note(verdicts)
 
@@ -106,7 +105,7 @@ class Readiness:
             return "ok"  # `scheduler console`: no node here to beat
         last = self._heartbeat.last_beat
         age = time.monotonic() - (self._since if last is None else last)
-        limit = STALE_BEATS * self._heartbeat.interval
+        limit = SILENT_BEATS * self._heartbeat.interval
         if age < limit:
             return "ok"
         return f"no heartbeat written for {age:.1f}s (limit {limit:g}s)"

@@ -30,7 +30,6 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
-from sqlalchemy.exc import SQLAlchemyError
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import check
@@ -38,9 +37,10 @@ from scheduler.config import DISTRIBUTION
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
 from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
-from scheduler.store import items as ledger
+from scheduler.store import items as stored_items
 from scheduler.store import queries
-from scheduler.store.database import Database, first_line
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError, first_line
 
 # `scheduler_missed_periods` counts what was recorded this long ago or later.
 MISSED_WINDOW = timedelta(days=1)
@@ -160,7 +160,7 @@ class DatabaseCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             readings = Readings.read(self._database)
-        except (SQLAlchemyError, UserError) as error:
+        except (StoreError, UserError) as error:
             self._log.warning("metrics_unavailable", error=first_line(error))
             return []
         return readings.families()
@@ -179,7 +179,9 @@ class Readings:
     @classmethod
     def read(cls, database: Database) -> Readings:
         report = check.gather(database, window=timedelta(0))
-        stuck_items = ledger.list_items(database, None, stuck_only=True, limit=check.STUCK_LIMIT)
+        stuck_items = stored_items.list_items(
+            database, None, stuck_only=True, limit=check.STUCK_LIMIT
+        )
         return cls(
             report=report,
             successes=queries.last_successes(database),

@@ -18,6 +18,15 @@ class Overlap(StrEnum):
     QUEUE = "queue"
     ALLOW = "allow"
 
+    @property
+    def limit(self) -> int | None:
+        """How many runs may occupy the job when a period is claimed before that period is
+        recorded skipped: its predecessor for `skip`, one more waiting for `queue`; None
+        (any) for `allow`."""
+        if self is Overlap.ALLOW:
+            return None
+        return 1 if self is Overlap.SKIP else 2
+
 
 class Catchup(StrEnum):
     """What happens to periods that passed while no node was running."""

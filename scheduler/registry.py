@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,7 +23,11 @@ from scheduler import policy as policy_fields
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import Duration
 from scheduler.errors import JobDefinitionError, ScheduleError, UserError
+from scheduler.model import Due, lock_key
 from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
+
+# Every option's default is the Policy's own: one source.
+DEFAULTS = Policy()
 
 
 @dataclass(frozen=True)
@@ -40,23 +45,37 @@ class Job:
         """The decorated function stays callable as before, e.g. from a test."""
         return self.func(*args, **kwargs)
 
+    def due(self, period: datetime) -> Due:
+        """What the store needs to claim one scheduled period of this job."""
+        return Due(
+            job=self.name,
+            period=period,
+            lease_seconds=self.policy.lease.total_seconds(),
+            overlap_limit=self.policy.overlap.limit,
+        )
+
+    @property
+    def lock_key(self) -> int:
+        """The job's advisory lock and share-out hash (see `scheduler.model.lock_key`)."""
+        return lock_key(self.name)
+
 
 def job(
     cron: str,
     *,
     name: str | None = None,
     timezone: str = "UTC",
-    lease: Duration = "30s",
-    overlap: str = "skip",
-    timeout: Duration | None = None,
-    retries: int = 0,
-    retry_backoff: Duration = "10s",
-    isolation: str = "thread",
-    alert_after: Duration | None = None,
-    catchup: str = "all",
-    catchup_window: Duration = "1d",
-    catchup_limit: int = 1000,
-    jitter: Duration = 0,
+    lease: Duration = DEFAULTS.lease,
+    overlap: str = DEFAULTS.overlap,
+    timeout: Duration | None = DEFAULTS.timeout,
+    retries: int = DEFAULTS.retries,
+    retry_backoff: Duration = DEFAULTS.retry_backoff,
+    isolation: str = DEFAULTS.isolation,
+    alert_after: Duration | None = DEFAULTS.alert_after,
+    catchup: str = DEFAULTS.catchup,
+    catchup_window: Duration = DEFAULTS.catchup_window,
+    catchup_limit: int = DEFAULTS.catchup_limit,
+    jitter: Duration = DEFAULTS.jitter,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
 

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler.cron import Schedule, parse_schedule
-from scheduler.shares import ONE_SHOT
+from scheduler.model import ONE_SHOT, JobRow
 from scheduler.store import queries
 from scheduler.store.database import Database
-from scheduler.store.jobs import JobRow
 from scheduler.store.queries import NodeRow
 
 # Between a command registering its jobs and writing its node row (seconds at most).

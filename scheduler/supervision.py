@@ -1,11 +1,70 @@
-"""Side threads of a node (heartbeat, recovery, catch-up) under one rule: if one dies,
-it records why and stops the node, which must not run without it."""
+"""The background threads of a node, and writes that must land, under a few rules:
+
+- a side thread (heartbeat, recovery, catch-up, pruner, requests) repeats a step; if it
+  dies it records why and stops the node, which must not run without it (`SideThread`);
+- a worker thread (the starter, the outcome writer) serves a queue and must outlive a
+  bug in any one item: the bug is logged and the loop goes on (`Worker`);
+- a write the node owes the database (an outcome, a start, an abandon) is retried
+  through faults with a doubling pause until it lands, and given up only once the node
+  is closing and the database stays away, or when the database refuses the write itself
+  (`persist`): the lease then ends and another node takes the period.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from structlog.typing import FilteringBoundLogger
+
+from scheduler.store.faults import StoreError, StoreRejectedError
+
+RETRY_FIRST_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 5.0
+T = TypeVar("T")
+
+
+class Backoff:
+    """The pause between tries of a write through database faults, doubling up to a
+    ceiling. Once the node is closing and the ceiling is reached the write is given up."""
+
+    def __init__(self, closing: threading.Event) -> None:
+        self.delay = RETRY_FIRST_DELAY_S
+        self._closing = closing
+
+    @property
+    def exhausted(self) -> bool:
+        return self._closing.is_set() and self.delay >= RETRY_MAX_DELAY_S
+
+    def sleep(self) -> None:
+        # An event's wait, not time.sleep: the same pause, and no clock_nanosleep.
+        threading.Event().wait(self.delay)
+        self.delay = min(self.delay * 2, RETRY_MAX_DELAY_S)
+
+
+def persist(
+    write: Callable[[], T],
+    *,
+    log: FilteringBoundLogger,
+    closing: threading.Event,
+    default: T,
+    **fields: object,
+) -> T:
+    """Run `write` until the database answers; `default` once it is given up (logged as
+    `run_outcome_lost`). Each fault on the way is logged as `database_unavailable`."""
+    backoff = Backoff(closing)
+    while True:
+        try:
+            return write()
+        except StoreError as error:
+            if isinstance(error, StoreRejectedError) or backoff.exhausted:
+                log.error("run_outcome_lost", error=error.message, **fields)
+                return default
+            log.warning(
+                "database_unavailable", error=error.message, retry_in=backoff.delay, **fields
+            )
+            backoff.sleep()
 
 
 class SideThread(threading.Thread):
@@ -38,4 +97,24 @@ class SideThread(threading.Thread):
             self._halt.set()
 
     def step(self) -> float:
+        raise NotImplementedError
+
+
+class Worker(threading.Thread):
+    """Calls `serve_one()` until it returns False; a bug in one call is logged as
+    `dispatch_crashed` (with its traceback) and the next call comes all the same."""
+
+    def __init__(self, name: str, log: FilteringBoundLogger) -> None:
+        super().__init__(name=name, daemon=True)
+        self._log = log
+
+    def run(self) -> None:
+        while True:
+            try:
+                if not self.serve_one():
+                    return
+            except Exception:  # noqa: BLE001 - this thread must outlive a bug in one item
+                self._log.exception("dispatch_crashed")
+
+    def serve_one(self) -> bool:
         raise NotImplementedError

@@ -15,9 +15,8 @@ from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
 from scheduler.instants import utc_text
-from scheduler.shares import ONE_SHOT
+from scheduler.model import ONE_SHOT, JobRow
 from scheduler.states import Origin
-from scheduler.store.jobs import JobRow
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
 
 Record = dict[str, Any]

@@ -1,6 +1,6 @@
 """The console's actions: pause, resume, trigger, rerun, backfill, release and mark done
 an item. Each goes through `scheduler.admin`, as the CLI does; trigger, rerun and
-backfill become requests that a running node carries out (`scheduler.requests`).
+backfill become requests that a running node carries out (`scheduler.node.requests`).
 
 An action needs a credential (401 without one, 403 when none is configured); a form
 posted by a browser also needs the console's own form token and a same-origin request,

@@ -17,8 +17,8 @@ from scheduler.console.grid import FILTERS
 from scheduler.errors import UserError
 
 blueprint = Blueprint("pages", __name__)
-# A page of 100 jobs answers in ~0.12 s at 1,000 jobs; 1,000 on one page took 1.3 s (and
-# 1.3 MB gzipped) every three seconds while open, so a page holds at most 200.
+# A page is re-read every few seconds while open; a thousand jobs on one page made each
+# refresh slow and heavy (bench/console.py), so a page holds at most 200.
 PER_PAGE, MAX_PER_PAGE = 100, 200
 PERIODS, MAX_PERIODS = 50, 200
 NOTICES = {

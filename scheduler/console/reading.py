@@ -13,13 +13,13 @@ from scheduler import retirement
 from scheduler.admin import Admin, RunDetail
 from scheduler.check import alive
 from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
-from scheduler.shares import ONE_SHOT
+from scheduler.model import ONE_SHOT, JobRow
 from scheduler.store import checkpoints, overview, queries
-from scheduler.store import items as ledger
+from scheduler.store import items as stored_items
 from scheduler.store import requests as asked
 from scheduler.store.database import Database
 from scheduler.store.items import ItemRow
-from scheduler.store.jobs import JobRow, all_jobs
+from scheduler.store.jobs import all_jobs
 from scheduler.store.overview import Active
 from scheduler.store.queries import AttemptRow, NodeRow
 from scheduler.store.requests import RequestRow
@@ -126,8 +126,8 @@ def read_job(admin: Admin, name: str) -> JobPage | None:
     cells = overview.recent_cells(database, [name], JOB_HISTORY).get(name, [])
     zone = ZoneInfo(job.timezone)
     coming = [(moment, moment.astimezone(zone)) for moment in upcoming(job, header.now, 5)]
-    stuck = ledger.list_items(database, name, stuck_only=True, limit=100)
-    recent = [item for item in ledger.list_items(database, name, limit=50) if not item.stuck]
+    stuck = stored_items.list_items(database, name, stuck_only=True, limit=100)
+    recent = [item for item in stored_items.list_items(database, name, limit=50) if not item.stuck]
     retired = _retired(database, [job], header.now)
     return JobPage(
         fleet=header,

@@ -8,23 +8,15 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
+from scheduler.model import Claim
 from scheduler.store.database import Database
-from scheduler.store.runs import ACTIVE, Claim
+from scheduler.store.fence import fenced
 from scheduler.store.schema import runs
 
 
 def save(database: Database, claim: Claim, document: str) -> bool:
     """Store the JSON document on the run; False if the run is no longer ours."""
-    statement = (
-        update(runs)
-        .where(
-            runs.c.id == claim.id,
-            runs.c.attempt == claim.attempt,
-            runs.c.holder == claim.holder,
-            runs.c.status.in_(ACTIVE),
-        )
-        .values(checkpoint=document)
-    )
+    statement = update(runs).where(fenced(claim)).values(checkpoint=document)
     with database.transaction() as connection:
         return connection.execute(statement).rowcount == 1
 

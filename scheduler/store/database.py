@@ -24,11 +24,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.expression import ColumnElement
 
 from scheduler.errors import UserError
 from scheduler.store.deadlines import WATCH
+from scheduler.store.faults import UNSENDABLE, StoreError, translate
 from scheduler.store.schema import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -91,6 +92,11 @@ class Guarded:
 class Database:
     """An engine plus what differs between backends; the store's handle on everything.
 
+    What differs is asked by name (`arrays`, `job_locks`, `one_writer`,
+    `server_clock`), never by backend, so each store module says which form of a
+    statement it needs and why. Every transaction turns a driver's error into the
+    store's own (`StoreUnavailableError`, `StoreRejectedError`; see `store.faults`).
+
     `call_timeout`: no transaction or statement of this handle may take longer; past
     it the call's connection is cut from this side (see `store.deadlines`) and the call
     fails like any other fault. A node sets it below its leases, so that no call of its
@@ -109,6 +115,38 @@ class Database:
         return self.engine.dialect.name == "postgresql"
 
     @property
+    def arrays(self) -> bool:
+        """Batches travel as one array a column (`unnest`), one statement and one plan
+        whatever their size; otherwise one row a statement, in one transaction."""
+        return self.is_postgres
+
+    @property
+    def job_locks(self) -> bool:
+        """Transaction-scoped advisory locks serialise the writes of one job; otherwise
+        every write transaction takes the database's single writer lock anyway."""
+        return self.is_postgres
+
+    @property
+    def one_writer(self) -> bool:
+        """One write transaction at a time (SQLite's BEGIN IMMEDIATE)."""
+        return not self.is_postgres
+
+    @property
+    def server_clock(self) -> bool:
+        """The database has a clock of its own; otherwise it shares this host's."""
+        return self.is_postgres
+
+    @property
+    def sessions(self) -> bool:
+        """Other sessions' locks can be seen (`pg_locks`): a node's liveness can be a lock."""
+        return self.is_postgres
+
+    @property
+    def lateral(self) -> bool:
+        """LATERAL subqueries: each job's newest rows read by one index scan apiece."""
+        return self.is_postgres
+
+    @property
     def display_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
 
@@ -117,16 +155,16 @@ class Database:
         return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
 
     def now(self) -> ColumnElement[datetime]:
-        """The database clock as the statement began: the server's on PostgreSQL (not
-        `now()`, which is the transaction's start); SQLite shares our host's. Stable within
-        a statement, so an index can serve a comparison with it."""
-        if self.is_postgres:
+        """The database clock as the statement began: the server's (not `now()`, which
+        is the transaction's start), or this host's. Stable within a statement, so an
+        index can serve a comparison with it."""
+        if self.server_clock:
             return func.statement_timestamp().cast(UTCDateTime())
         return literal(datetime.now(UTC), UTCDateTime())
 
     def now_plus(self, seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
         """The database clock plus a number of seconds (a column or a value)."""
-        if self.is_postgres:
+        if self.server_clock:
             return (
                 func.statement_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
             ).cast(UTCDateTime())
@@ -136,7 +174,7 @@ class Database:
         """When a lease given now ends: the database clock at the moment the row is
         written, after any wait for a lock inside the statement, so that a lease is
         never written shorter than it was asked for (let alone already expired)."""
-        if self.is_postgres:
+        if self.server_clock:
             return (func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)).cast(
                 UTCDateTime()
             )
@@ -145,14 +183,26 @@ class Database:
     @staticmethod
     def _host_plus(seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
         if not isinstance(seconds, int | float):
-            raise TypeError("SQLite times are computed per value, not per column")
+            raise TypeError("this host's times are computed per value, not per column")
         return literal(datetime.now(UTC) + timedelta(seconds=seconds), UTCDateTime())
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         # The watch covers the COMMIT too (the begin block ends inside it).
-        with self.engine.connect() as connection, self._watched(connection), connection.begin():
+        with (
+            self._faults(),
+            self.engine.connect() as connection,
+            self._watched(connection),
+            connection.begin(),
+        ):
             yield connection
+
+    @contextmanager
+    def _faults(self) -> Iterator[None]:
+        try:
+            yield
+        except (SQLAlchemyError, *UNSENDABLE) as error:
+            raise translate(error) from error
 
     def _watched(self, connection: Connection) -> contextlib.AbstractContextManager[None]:
         if not self.is_postgres:
@@ -163,14 +213,20 @@ class Database:
     def guarded(self, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Iterator[Guarded]:
         """A transaction for writes that take locks other nodes wait for.
 
-        On PostgreSQL its first statement bounds, for this transaction only (so behind a
-        pooler nothing leaks into another client's session), how long it waits for a
-        lock, runs a statement, and may sit idle: a node frozen inside it loses its
-        session and its locks after IDLE_IN_TRANSACTION_S. It also reads the clock.
-        SQLite's single writer lock is bounded by its busy timeout instead.
+        With a server clock (PostgreSQL) its first statement bounds, for this
+        transaction only (so behind a pooler nothing leaks into another client's
+        session), how long it waits for a lock, runs a statement, and may sit idle: a
+        node frozen inside it loses its session and its locks after
+        IDLE_IN_TRANSACTION_S. It also reads the clock. A single writer lock (SQLite)
+        is bounded by its busy timeout instead.
         """
-        with self.engine.connect() as connection, self._watched(connection), connection.begin():
-            if not self.is_postgres:
+        with (
+            self._faults(),
+            self.engine.connect() as connection,
+            self._watched(connection),
+            connection.begin(),
+        ):
+            if self.one_writer:
                 yield Guarded(connection, datetime.now(UTC))
                 return
             began = connection.execute(
@@ -192,20 +248,20 @@ class Database:
     def autocommit(self) -> Iterator[Connection]:
         """Each statement its own transaction: one round trip instead of BEGIN, the
         statement and COMMIT, for writes that are a single statement anyway."""
-        with self.engine.connect() as connection, self._watched(connection):
+        with self._faults(), self.engine.connect() as connection, self._watched(connection):
             yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
     def read_clock(self) -> datetime:
         """The database's current time, to measure this host's clock against."""
-        if not self.is_postgres:
+        if not self.server_clock:
             return datetime.now(UTC)
-        with self.engine.connect() as connection, self._watched(connection):
+        with self._faults(), self.engine.connect() as connection, self._watched(connection):
             moment = connection.execute(text("SELECT statement_timestamp()")).scalar_one()
         assert isinstance(moment, datetime)
         return moment.astimezone(UTC)
 
     def ping(self) -> None:
-        with self.engine.connect() as connection, self._watched(connection):
+        with self._faults(), self.engine.connect() as connection, self._watched(connection):
             connection.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
@@ -256,10 +312,10 @@ def open_database(
     database = Database(engine)
     try:
         database.ping()
-    except DBAPIError as error:
+    except StoreError as error:
         engine.dispose()
         raise UserError(
-            f"--database-url: cannot connect to {database.display_url}: {first_line(error.orig)}"
+            f"--database-url: cannot connect to {database.display_url}: {error.message}"
         ) from None
     return database
 
@@ -294,16 +350,3 @@ def _sqlite_engine(url: URL, *, must_exist: bool, kept: int, extra: int) -> Engi
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
-
-
-def describe_fault(error: BaseException) -> str:
-    """One line for a store fault: the driver's message when there is one (a
-    `DBAPIError` wraps it), else the error's own (a pool timeout, a bad parameter)."""
-    original = getattr(error, "orig", None)
-    return first_line(original if original is not None else error)
-
-
-def first_line(error: object) -> str:
-    """A driver's message, squeezed to one line for a log field or a CLI error."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__

@@ -1,4 +1,4 @@
-"""The item ledger: keys a job has handled, so that a re-run does not handle them twice.
+"""Items: keys a job has handled, so that a re-run does not handle them twice.
 
 A key is claimed with one `INSERT … ON CONFLICT (job, key) DO NOTHING`; only the
 first claimant gets the row back. The insert is fenced on the run (id, attempt,
@@ -28,8 +28,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from scheduler.model import Claim
 from scheduler.store.database import Database
-from scheduler.store.runs import ACTIVE, Claim
+from scheduler.store.fence import ACTIVE, fenced
 from scheduler.store.schema import items, runs
 
 
@@ -44,16 +45,6 @@ class Taken(Enum):
     FRESH = "fresh"  # ours now: act on it
     SEEN = "seen"  # claimed before, by this or another run: leave it
     LOST = "lost"  # the run is no longer ours (or not in this database)
-
-
-def _fenced_run(claim: Claim) -> list[ColumnElement[bool]]:
-    """The run row as long as this attempt of this holder still has it."""
-    return [
-        runs.c.id == claim.id,
-        runs.c.attempt == claim.attempt,
-        runs.c.holder == claim.holder,
-        runs.c.status.in_(ACTIVE),
-    ]
 
 
 def job_connection(connection: object) -> Connection:
@@ -100,7 +91,7 @@ def _claim(
         runs.c.holder,
         now,
         now if state is ItemState.DONE else null(),
-    ).where(*_fenced_run(owner))
+    ).where(fenced(owner))
     statement = (
         _insert(connection)
         .from_select(
@@ -122,7 +113,7 @@ def _claim(
     )
     if connection.execute(statement).first() is not None:
         return Taken.FRESH
-    still_ours = connection.execute(select(runs.c.id).where(*_fenced_run(owner))).first()
+    still_ours = connection.execute(select(runs.c.id).where(fenced(owner))).first()
     return Taken.SEEN if still_ours else Taken.LOST
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import case, or_, select, update
 
+from scheduler.model import JobRow, PauseRow
 from scheduler.store.database import Database
 from scheduler.store.schema import jobs, pauses
 
@@ -23,26 +24,6 @@ class JobDefinitionRow:
     timeout_seconds: float | None
     retries: int
     alert_after_seconds: float
-
-
-@dataclass(frozen=True)
-class JobRow:
-    name: str
-    cron: str
-    timezone: str
-    first_seen: datetime
-    last_seen: datetime
-    paused: bool
-    paused_at: datetime | None
-    lease_seconds: float | None
-    timeout_seconds: float | None
-    retries: int | None
-    alert_after_seconds: float | None
-    resumed_at: datetime | None = None
-    caught_up_to: datetime | None = None
-    schedule_changed_at: datetime | None = None
-    previous_cron: str | None = None
-    previous_timezone: str | None = None
 
 
 _POLICY_COLUMNS = (
@@ -119,15 +100,6 @@ def set_paused(database: Database, name: str, *, paused: bool) -> bool:
         return (
             connection.execute(select(jobs.c.name).where(jobs.c.name == name)).first() is not None
         )
-
-
-@dataclass(frozen=True)
-class PauseRow:
-    """One pause of a job: [paused_at, resumed_at), resumed_at None while it lasts."""
-
-    job: str
-    paused_at: datetime
-    resumed_at: datetime | None
 
 
 def pauses_since(database: Database, names: Collection[str], since: datetime) -> list[PauseRow]:

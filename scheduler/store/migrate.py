@@ -161,7 +161,7 @@ def adopt_legacy_revision(database: Database) -> bool:
     held only ours, is dropped. True if something moved.
     """
     with database.transaction() as connection:
-        if database.is_postgres:
+        if database.job_locks:
             connection.execute(select(func.pg_advisory_xact_lock(MIGRATE_LOCK_KEY)))
         statements = _adoption(connection)
         for statement in statements:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, and_, bindparam, exists, select, text, update
 
+from scheduler.model import NodeIdentity
 from scheduler.store.database import Database
 from scheduler.store.schema import nodes, runs
 
@@ -24,15 +25,6 @@ LIVENESS_NAMESPACE = int.from_bytes(b"schd", "big")
 # runs were released when it went, or, if no node was alive to see it go, when a node
 # started with its name, or when their leases ran out.
 GONE_LOOKBACK_S = 600
-
-
-@dataclass(frozen=True)
-class NodeIdentity:
-    id: str
-    name: str
-    host: str
-    pid: int
-    version: str
 
 
 def register(
@@ -115,7 +107,7 @@ def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
         nodes.c.stopped_at.is_(None),
         nodes.c.heartbeat_at >= database.now_plus(-alive_within),
     ]
-    if database.is_postgres:
+    if database.sessions:
         conditions.append(~_gone())
     statement = select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
     with database.transaction() as connection:
@@ -125,7 +117,7 @@ def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
 def gone(database: Database) -> list[str]:
     """The nodes whose liveness lock has disappeared: their process has most likely
     ended (PostgreSQL; elsewhere nothing is known before a lease runs out)."""
-    if not database.is_postgres:
+    if not database.sessions:
         return []
     recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
     with database.transaction() as connection:
@@ -135,7 +127,7 @@ def gone(database: Database) -> list[str]:
 def release_runs_of(database: Database, holders: Collection[str]) -> int:
     """End the leases of every run these nodes hold, if their liveness lock is still
     gone: the recovery loop takes the runs over at once. Returns how many."""
-    if not holders or not database.is_postgres:
+    if not holders or not database.sessions:
         return 0
     now = database.now()
     dead = select(nodes.c.id).where(nodes.c.id.in_(sorted(holders)), _gone())
@@ -160,7 +152,7 @@ class Incarnation:
 
 def earlier_incarnations(database: Database, node: NodeIdentity) -> list[Incarnation]:
     """Rows of this node's name on this host, other than its own, still not stopped."""
-    held = _lock_held() if database.is_postgres else bindparam("held", False)
+    held = _lock_held() if database.sessions else bindparam("held", False)
     statement = select(nodes.c.id, nodes.c.pid, nodes.c.liveness_key, held.label("held")).where(
         nodes.c.name == node.name,
         nodes.c.host == node.host,

@@ -23,8 +23,8 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, t
 
 from scheduler.states import RunStatus
 from scheduler.store.database import Database
+from scheduler.store.fence import ACTIVE
 from scheduler.store.items import ItemState
-from scheduler.store.runs import ACTIVE
 from scheduler.store.schema import attempts, items, jobs, runs
 
 BATCH = 1000

@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, Row, and_, func, select, tuple_
 
 from scheduler.errors import UserError
+from scheduler.states import RunStatus
 from scheduler.store.database import Database
 from scheduler.store.schema import attempts, nodes, runs
 
@@ -67,7 +68,7 @@ class NodeRow:
     started_at: datetime
     heartbeat_at: datetime
     stopped_at: datetime | None
-    # "one-shot" for run-once, trigger, rerun and backfill (see scheduler/shares.py).
+    # "one-shot" for run-once, trigger, rerun and backfill (see scheduler/node/peers.py).
     jobs_digest: str | None = None
 
 
@@ -105,7 +106,7 @@ def probe(database: Database) -> None:
     open handle, but nothing written there is seen by anyone: count it as gone.
     """
     path = database.engine.url.database
-    if not database.is_postgres and path and not Path(path).exists():
+    if not database.server_clock and path and not Path(path).exists():
         raise UserError(f"database file {path!r} no longer exists")
     database.ping()
 
@@ -260,3 +261,23 @@ def list_nodes(
         statement = statement.where(nodes.c.jobs_digest == kind)
     with database.transaction() as connection:
         return [NodeRow(**row._mapping) for row in connection.execute(statement)]
+
+
+def holder_of(
+    database: Database, job: str, period: datetime
+) -> tuple[str | None, RunStatus] | None:
+    """Who holds a period and in which state, for a loser's log line."""
+    with database.transaction() as connection:
+        row = connection.execute(
+            select(runs.c.holder, runs.c.status).where(runs.c.job == job, runs.c.period == period)
+        ).first()
+    return None if row is None else (row.holder, RunStatus(row.status))
+
+
+def run_mapping(database: Database, job: str, period: datetime) -> dict[str, object] | None:
+    """One run as a plain mapping, for the CLI and tests."""
+    with database.transaction() as connection:
+        row = connection.execute(
+            select(runs).where(runs.c.job == job, runs.c.period == period)
+        ).first()
+    return dict(row._mapping) if row else None

@@ -171,7 +171,7 @@ nodes = Table(
     Column("heartbeat_at", UTCDateTime(), nullable=False),
     Column("stopped_at", UTCDateTime()),
     # Which jobs the node runs (a digest of names and schedules): nodes with the same
-    # digest share out the periods due at one instant (see scheduler/shares.py).
+    # digest share out the periods due at one instant (see scheduler/node/peers.py).
     Column("jobs_digest", String(64)),
     # PostgreSQL, direct connection: the key of the session advisory lock the node holds
     # on a connection of its own for as long as it lives. Its absence from pg_locks means

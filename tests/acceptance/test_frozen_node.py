@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from scheduler.model import lock_key as job_lock_key
 from scheduler.states import Reason, RunStatus
-from scheduler.store.runs import job_lock_key
 from tests.acceptance.processes import Node, start_node
 from tests.acceptance.records import executions, missing_seconds, run_rows
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.node.upcoming import jitter_delay
 from scheduler.registry import load_jobs
 from scheduler.states import RunStatus
-from scheduler.timeline import jitter_delay
 from tests.acceptance.processes import jobmods, start_node
 from tests.acceptance.records import run_rows
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from scheduler.shares import Shares
+from scheduler.node.peers import Peers
 from scheduler.states import RunStatus
 from scheduler.store.database import open_database
 from tests.acceptance.jobmods.tickers import NAMES
@@ -81,7 +81,7 @@ def test_a_hung_peers_share_is_claimed_by_the_others(tmp_path: Path, postgres_ur
                 )
         finally:
             database.dispose()
-        known_at = datetime.now(UTC) + timedelta(seconds=3)  # keeper beats every second
+        known_at = datetime.now(UTC) + timedelta(seconds=3)  # the heartbeat beats every second
         time.sleep(9)
     finally:
         code = node.stop()
@@ -102,7 +102,7 @@ def _a_peer_owning_some(live_id: str) -> str:
     """A made-up node id that owns at least one of the jobs beside `live_id`."""
     for index in range(100):
         ghost = f"ghost-{index}"
-        shares = Shares(ghost)
+        shares = Peers(ghost)
         shares.update([live_id, ghost])
         if any(shares.mine(name) for name in NAMES):
             return ghost

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from scheduler.admin import Admin
 from scheduler.cli import main
 from scheduler.errors import UserError
-from scheduler.repair import Action
+from scheduler.node.repair import Action
 from scheduler.states import Origin, RunStatus
 from scheduler.store.database import Database
 from tests.acceptance.jobmods.ledger import hourly_ledger

@@ -9,15 +9,14 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy import event, update
 
-from scheduler import catalog
-from scheduler.backlog import CatchUp
+from scheduler.model import Claim, Entry
+from scheduler.node import registration as catalog
+from scheduler.node.catchup_loop import CatchUp
 from scheduler.registry import Job, job
 from scheduler.states import Origin, RunStatus
-from scheduler.store import history
 from scheduler.store import jobs as job_rows
+from scheduler.store import periods as period_rows
 from scheduler.store.database import Database
-from scheduler.store.history import Entry
-from scheduler.store.runs import Claim
 from scheduler.store.schema import jobs as jobs_table
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -98,7 +97,7 @@ def test_a_new_schedule_owes_no_period_before_it_was_deployed(database: Database
             .where(jobs_table.c.name == "sync")
             .values(first_seen=last_ran - timedelta(hours=1), caught_up_to=last_ran)
         )
-    history.write(
+    period_rows.write(
         database,
         "sync",
         [Entry(last_ran, RunStatus.SUCCEEDED)],

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
 
+from scheduler.model import Claim, Due, Started
 from scheduler.states import RunStatus
-from scheduler.store import runs
+from scheduler.store import claims, queries, renewals, writes
 from scheduler.store.database import Database, open_database
-from scheduler.store.runs import Claim, Due, Start
 from scheduler.store.schema import runs as runs_table
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -26,7 +26,7 @@ def _race(database_url: str, contenders: int, due: list[Due]) -> list[list[Claim
         database = open_database(database_url)
         try:
             barrier.wait()
-            results[index] = runs.claim(database, due, f"node-{index}").won
+            results[index] = claims.claim(database, due, f"node-{index}").won
         finally:
             database.dispose()
 
@@ -47,7 +47,7 @@ def test_one_of_many_contenders_wins_a_period(database_url: str, database: Datab
     results = _race(database_url, 12, [Due("billing", PERIOD, 30)])
     winners = [index for index, won in enumerate(results) if won]
     assert len(winners) == 1
-    row = runs.get(database, "billing", PERIOD)
+    row = queries.run_mapping(database, "billing", PERIOD)
     assert row is not None
     assert row["holder"] == f"node-{winners[0]}"
     assert row["status"] == RunStatus.CLAIMED
@@ -65,8 +65,8 @@ def test_batch_claims_split_without_overlap(database_url: str, database: Databas
 
 def test_claim_sets_a_lease_on_the_database_clock(database: Database) -> None:
     before = datetime.now(UTC)
-    (claim,) = runs.claim(database, [Due("billing", PERIOD, 45)], "node-a").won
-    row = runs.get(database, "billing", PERIOD)
+    (claim,) = claims.claim(database, [Due("billing", PERIOD, 45)], "node-a").won
+    row = queries.run_mapping(database, "billing", PERIOD)
     assert row is not None
     expires = row["lease_expires_at"]
     assert isinstance(expires, datetime)
@@ -75,15 +75,15 @@ def test_claim_sets_a_lease_on_the_database_clock(database: Database) -> None:
 
 
 def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
-    (claim,) = runs.claim(database, [Due("billing", PERIOD, 30)], "node-a").won
-    assert runs.start(database, replace(claim, holder="node-b")) is Start.LOST
-    assert runs.start(database, replace(claim, attempt=2)) is Start.LOST
-    assert runs.start(database, claim) is Start.STARTED
-    assert not runs.finish(database, replace(claim, holder="node-b"), RunStatus.SUCCEEDED, 5)
-    assert runs.finish(database, claim, RunStatus.SUCCEEDED, 5)
+    (claim,) = claims.claim(database, [Due("billing", PERIOD, 30)], "node-a").won
+    assert writes.start(database, replace(claim, holder="node-b")) is Started.LOST
+    assert writes.start(database, replace(claim, attempt=2)) is Started.LOST
+    assert writes.start(database, claim) is Started.STARTED
+    assert not writes.finish(database, replace(claim, holder="node-b"), RunStatus.SUCCEEDED, 5)
+    assert writes.finish(database, claim, RunStatus.SUCCEEDED, 5)
     # A finished run is no longer anyone's to write.
-    assert not runs.finish(database, claim, RunStatus.FAILED, 5)
-    row = runs.get(database, "billing", PERIOD)
+    assert not writes.finish(database, claim, RunStatus.FAILED, 5)
+    row = queries.run_mapping(database, "billing", PERIOD)
     assert row is not None
     assert row["status"] == RunStatus.SUCCEEDED
     assert row["duration_ms"] == 5
@@ -91,10 +91,11 @@ def test_writes_are_fenced_on_attempt_and_holder(database: Database) -> None:
 
 
 def test_renewal_returns_only_runs_still_held(database: Database) -> None:
-    first, second = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 60)], "node-a").won
-    runs.finish(database, second, RunStatus.SUCCEEDED, 1)
-    assert [row.key for row in runs.renew_leases(database, "node-a")] == [first.key]
-    assert runs.renew_leases(database, "node-b") == []
+    dues = [Due("a", PERIOD, 30), Due("b", PERIOD, 60)]
+    first, second = claims.claim(database, dues, "node-a").won
+    writes.finish(database, second, RunStatus.SUCCEEDED, 1)
+    assert [row.key for row in renewals.renew_leases(database, "node-a")] == [first.key]
+    assert renewals.renew_leases(database, "node-b") == []
 
 
 def test_a_backlog_claimed_in_one_batch_is_judged_period_by_period(database: Database) -> None:
@@ -102,22 +103,22 @@ def test_a_backlog_claimed_in_one_batch_is_judged_period_by_period(database: Dat
     all belong to the job; none is skipped because of its own neighbours in the batch.
     They still run one at a time: the newer ones wait for the older ones to start."""
     backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(5)]
-    result = runs.claim(database, backlog, "node-a")
+    result = claims.claim(database, backlog, "node-a")
     assert sorted(claim.period for claim in result.won) == [item.period for item in backlog]
     assert result.skipped == []
     oldest, second, *_ = sorted(result.won, key=lambda claim: claim.period)
-    assert runs.start(database, second, after_earlier=True) is Start.WAIT
-    assert runs.start(database, oldest, after_earlier=True) is Start.STARTED
-    assert runs.start(database, second, after_earlier=True) is Start.WAIT
+    assert writes.start(database, second, in_turn=True) is Started.WAIT
+    assert writes.start(database, oldest, in_turn=True) is Started.STARTED
+    assert writes.start(database, second, in_turn=True) is Started.WAIT
 
 
 def test_a_backlog_behind_a_running_period_is_skipped(database: Database) -> None:
     """Overlap is judged against runs outside the batch: behind a period that still
     runs, each period of the backlog is skipped, as any single period would be."""
-    (running,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    assert runs.start(database, running) is Start.STARTED
+    (running,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    assert writes.start(database, running) is Started.STARTED
     backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(1, 4)]
-    result = runs.claim(database, backlog, "node-b")
+    result = claims.claim(database, backlog, "node-b")
     assert result.won == []
     assert len(result.skipped) == 3
 
@@ -126,7 +127,7 @@ def test_a_period_ahead_of_the_database_clock_is_not_claimed(database: Database)
     """A node whose clock runs ahead must not claim (or skip) a period that has not come
     yet by the database clock: it is left alone and reported back as early."""
     ahead = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
-    result = runs.claim(database, [Due("sync", ahead, 30), Due("sync", PERIOD, 30)], "node-a")
+    result = claims.claim(database, [Due("sync", ahead, 30), Due("sync", PERIOD, 30)], "node-a")
     assert [claim.period for claim in result.won] == [PERIOD]
     assert [item.period for item in result.early] == [ahead]
-    assert runs.get(database, "sync", ahead) is None
+    assert queries.run_mapping(database, "sync", ahead) is None

@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import event
 
+from scheduler.model import Entry
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import overview
 from scheduler.store.database import Database
-from scheduler.store.history import Entry, write
 from scheduler.store.jobs import JobDefinitionRow, register
+from scheduler.store.periods import write
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy import update
 
-from scheduler.context import RunContext
-from scheduler.dispatch import Dispatcher
+from scheduler.model import Due
 from scheduler.registry import job
+from scheduler.run.context import RunContext
+from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
-from scheduler.store import runs
+from scheduler.store import claims, queries, takeover
 from scheduler.store.database import Database
-from scheduler.store.runs import Due
 from scheduler.store.schema import runs as runs_table
 from tests.waiting import wait_until
 
@@ -37,7 +37,7 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
             release.wait(10)
 
     dispatcher = Dispatcher(database, {"sync": sync}, NODE, 4, structlog.get_logger())
-    (first,) = runs.claim(database, [Due("sync", PERIOD, 3)], NODE).won
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 3)], NODE).won
     first_done = dispatcher.submit(first)
     wait_until(lambda: calls == [1])
 
@@ -48,8 +48,8 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
             .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
         )
     dispatcher.lose(first.key)
-    (stale,) = runs.find_stale(database, ["sync"], 10)
-    second = runs.retake(database, stale, NODE)
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
+    second = takeover.retake(database, stale, NODE)
     assert second is not None
     assert (second.id, second.attempt) == (first.id, 2)
     second_done = dispatcher.submit(second)
@@ -61,7 +61,7 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
     second_done.result(timeout=10)
     assert calls == [1, 2]
     assert dispatcher.held() == []
-    row = runs.get(database, "sync", PERIOD)
+    row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None
     assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
     dispatcher.drain(1)
@@ -89,14 +89,14 @@ def test_runs_are_marked_running_only_as_workers_free_up(database: Database) -> 
     names = [f"slow-{index}" for index in range(6)]
     jobs = {name: job(cron="* * * * *", name=name)(body) for name in names}
     dispatcher = Dispatcher(database, jobs, NODE, 2, structlog.get_logger())
-    claims = runs.claim(database, [Due(name, PERIOD, 30) for name in jobs], NODE).won
-    for future in [dispatcher.submit(claim) for claim in claims]:
+    won = claims.claim(database, [Due(name, PERIOD, 30) for name in jobs], NODE).won
+    for future in [dispatcher.submit(claim) for claim in won]:
         future.result(timeout=10)
     dispatcher.drain(1)
     assert most_inside == 2
     started = []
     for name in names:
-        row = runs.get(database, name, PERIOD)
+        row = queries.run_mapping(database, name, PERIOD)
         assert row is not None
         assert row["status"] == RunStatus.SUCCEEDED
         assert isinstance(row["started_at"], datetime)

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy import create_engine
 
-from scheduler.context import RunContext
-from scheduler.dispatch import Dispatcher
+from scheduler.model import Due
 from scheduler.registry import job
+from scheduler.run.context import RunContext
+from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
-from scheduler.store import runs
+from scheduler.store import claims, queries
 from scheduler.store.database import Database
-from scheduler.store.runs import Due
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -38,12 +38,12 @@ def test_a_function_that_returned_inside_the_grace_is_not_abandoned(database: Da
         time.sleep(GRACE_S - 0.01)
 
     dispatcher = Dispatcher(database, {"report": report}, NODE, 2, structlog.get_logger())
-    (claim,) = runs.claim(database, [Due("report", PERIOD, 30)], NODE).won
+    (claim,) = claims.claim(database, [Due("report", PERIOD, 30)], NODE).won
     dispatcher.submit(claim)
     assert entered.wait(10)
     drain_began.set()
     abandoned = dispatcher.drain(GRACE_S)
-    row = runs.get(database, "report", PERIOD)
+    row = queries.run_mapping(database, "report", PERIOD)
     assert row is not None
     assert (row["status"], abandoned) == (RunStatus.SUCCEEDED, 0)
 
@@ -60,10 +60,11 @@ def test_an_outcome_the_database_cannot_take_does_not_stop_the_writer(database: 
     dispatcher = Dispatcher(database, {"decoder": decoder}, NODE, 2, structlog.get_logger())
     later = PERIOD + timedelta(minutes=1)
     for period in (PERIOD, later):
-        (claim,) = runs.claim(database, [Due("decoder", period, 30)], NODE).won
+        (claim,) = claims.claim(database, [Due("decoder", period, 30)], NODE).won
         dispatcher.submit(claim).result(timeout=10)
     dispatcher.drain(GRACE_S)
-    failed, succeeded = runs.get(database, "decoder", PERIOD), runs.get(database, "decoder", later)
+    failed = queries.run_mapping(database, "decoder", PERIOD)
+    succeeded = queries.run_mapping(database, "decoder", later)
     assert failed is not None
     assert succeeded is not None
     assert (failed["status"], succeeded["status"]) == (RunStatus.FAILED, RunStatus.SUCCEEDED)
@@ -87,8 +88,8 @@ def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(postgres_url:
 
     dispatcher = Dispatcher(database, {"busy": busy}, NODE, 1, structlog.get_logger())
     later = PERIOD + timedelta(minutes=1)
-    (claim,) = runs.claim(database, [Due("busy", PERIOD, 30, overlap_limit=None)], NODE).won
-    (next_claim,) = runs.claim(database, [Due("busy", later, 30, overlap_limit=None)], NODE).won
+    (claim,) = claims.claim(database, [Due("busy", PERIOD, 30, overlap_limit=None)], NODE).won
+    (next_claim,) = claims.claim(database, [Due("busy", later, 30, overlap_limit=None)], NODE).won
     try:
         held = engine.connect()
         try:
@@ -96,9 +97,13 @@ def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(postgres_url:
             time.sleep(2)  # the run waits for a connection; checkouts time out meanwhile
         finally:
             held.close()
-        wait_until(lambda: (runs.get(database, "busy", PERIOD) or {}).get("status") == "succeeded")
+        wait_until(
+            lambda: (
+                (queries.run_mapping(database, "busy", PERIOD) or {}).get("status") == "succeeded"
+            )
+        )
         dispatcher.submit(next_claim).result(timeout=10)
-        row = runs.get(database, "busy", next_claim.period)
+        row = queries.run_mapping(database, "busy", next_claim.period)
         assert row is not None
         assert row["status"] == RunStatus.SUCCEEDED
     finally:

@@ -11,12 +11,13 @@ import structlog
 from sqlalchemy import func, insert, select
 
 from jobs import app, cleanup, invoicing
-from scheduler.context import RunContext
-from scheduler.ledger import Ledger
+from scheduler import model
+from scheduler.model import Claim, Due
+from scheduler.run.context import RunContext
+from scheduler.run.items import RunItems
 from scheduler.states import Origin, RunStatus
-from scheduler.store import items, runs
+from scheduler.store import claims, items, queries, takeover, writes
 from scheduler.store.database import Database
-from scheduler.store.runs import Claim, Due
 
 NOVEMBER = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)
 
@@ -40,22 +41,22 @@ def _context(database: Database, claim: Claim) -> RunContext:
         node=claim.holder,
         origin=claim.origin,
         log=structlog.get_logger("test"),
-        ledger=Ledger(database, claim),
+        run_items=RunItems(database, claim),
     )
 
 
 def _first_attempt(database: Database, job: str, period: datetime) -> Claim:
-    (claim,) = runs.claim(database, [Due(job, period, 30)], "node-a").won
-    assert runs.start(database, claim) is runs.Start.STARTED
+    (claim,) = claims.claim(database, [Due(job, period, 30)], "node-a").won
+    assert writes.start(database, claim) is model.Started.STARTED
     return claim
 
 
 def _next_attempt(database: Database, claim: Claim) -> Claim:
-    assert runs.finish(database, claim, RunStatus.FAILED, 1, retry_in=0)
-    (stale,) = runs.find_stale(database, [claim.job], 10)
-    taken = runs.retake(database, stale, "node-b", Origin.SCHEDULE)
+    assert writes.finish(database, claim, RunStatus.FAILED, 1, retry_in=0)
+    (stale,) = takeover.find_stale(database, [claim.job], 10)
+    taken = takeover.retake(database, stale, "node-b", Origin.SCHEDULE)
     assert taken is not None
-    assert runs.start(database, taken) is runs.Start.STARTED
+    assert writes.start(database, taken) is model.Started.STARTED
     return taken
 
 
@@ -75,12 +76,12 @@ def test_invoicing_bills_and_mails_each_customer_once_across_a_failed_attempt(
     claim = _first_attempt(database, "invoicing", NOVEMBER)
     with pytest.raises(ConnectionError):
         invoicing.invoicing(_context(database, claim))
-    row = runs.get(database, "invoicing", NOVEMBER)
+    row = queries.run_mapping(database, "invoicing", NOVEMBER)
     assert row is not None
     assert row["checkpoint"] == '{"after": 100}'
 
     invoicing.invoicing(_context(database, _next_attempt(database, claim)))
-    row = runs.get(database, "invoicing", NOVEMBER)
+    row = queries.run_mapping(database, "invoicing", NOVEMBER)
     assert row is not None
     assert row["checkpoint"] == '{"after": 250}'
 

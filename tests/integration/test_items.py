@@ -1,4 +1,4 @@
-"""The item ledger and checkpoints on real databases: once, item, the job's own transaction,
+"""The items and checkpoints on real databases: once, item, the job's own transaction,
 fencing, and what operators see."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import structlog
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select
 from sqlalchemy.orm import Session
 
-from scheduler.context import RunContext
-from scheduler.ledger import Ledger, RunLostError
+from scheduler import RunLostError, model
+from scheduler.model import Claim, Due
+from scheduler.run.context import RunContext
+from scheduler.run.items import RunItems
 from scheduler.states import Origin, RunStatus
-from scheduler.store import items, runs
+from scheduler.store import claims, items, queries, takeover, writes
 from scheduler.store.database import Database, open_database
-from scheduler.store.runs import Claim, Due
 from scheduler.store.schema import items as items_table
 
 PERIOD = datetime(2026, 11, 1, tzinfo=UTC)
@@ -34,8 +35,8 @@ invoices = Table(
 def _claim(
     database: Database, job: str = "billing", period: datetime = PERIOD, node: str = "a"
 ) -> Claim:
-    (claim,) = runs.claim(database, [Due(job, period, 30, overlap_limit=None)], node).won
-    assert runs.start(database, claim) is runs.Start.STARTED
+    (claim,) = claims.claim(database, [Due(job, period, 30, overlap_limit=None)], node).won
+    assert writes.start(database, claim) is model.Started.STARTED
     return claim
 
 
@@ -48,17 +49,17 @@ def _context(database: Database, claim: Claim) -> RunContext:
         node=claim.holder,
         origin=Origin.SCHEDULE,
         log=structlog.get_logger("test"),
-        ledger=Ledger(database, claim),
+        run_items=RunItems(database, claim),
     )
 
 
 def _next_attempt(database: Database, claim: Claim, node: str = "b") -> Claim:
     """Fail the attempt with a retry due now and take it over, as the recovery loop does."""
-    assert runs.finish(database, claim, RunStatus.FAILED, 1, retry_in=0)
-    (stale,) = [s for s in runs.find_stale(database, [claim.job], 10) if s.id == claim.id]
-    taken = runs.retake(database, stale, node)
+    assert writes.finish(database, claim, RunStatus.FAILED, 1, retry_in=0)
+    (stale,) = [s for s in takeover.find_stale(database, [claim.job], 10) if s.id == claim.id]
+    taken = takeover.retake(database, stale, node)
     assert taken is not None
-    assert runs.start(database, taken) is runs.Start.STARTED
+    assert writes.start(database, taken) is model.Started.STARTED
     return taken
 
 
@@ -103,9 +104,9 @@ def test_contending_runs_claim_each_key_once(database_url: str, database: Databa
     def contend(index: int) -> None:
         own = open_database(database_url)
         try:
-            ledger = Ledger(own, claims[index])
+            run_items = RunItems(own, claims[index])
             barrier.wait()
-            won[index] = [key for key in keys if ledger.once(key)]
+            won[index] = [key for key in keys if run_items.once(key)]
         finally:
             own.dispose()
 
@@ -207,7 +208,7 @@ def test_a_checkpoint_is_read_by_the_next_attempt(database: Database) -> None:
     assert second.last_checkpoint == {"next": 4, "customers": ["a", "b"]}
     second.checkpoint([1, 2])
     assert second.last_checkpoint == {"next": 4, "customers": ["a", "b"]}
-    row = runs.get(database, claim.job, claim.period)
+    row = queries.run_mapping(database, claim.job, claim.period)
     assert row is not None
     assert row["checkpoint"] == "[1, 2]"
     # Another period starts with nothing.
@@ -230,7 +231,7 @@ def test_a_checkpoint_that_is_not_json_is_refused(
     ctx = _context(database, claim)
     with pytest.raises(TypeError, match=rf"job 'billing': checkpoint: .*{detail}"):
         ctx.checkpoint(value)
-    row = runs.get(database, claim.job, claim.period)
+    row = queries.run_mapping(database, claim.job, claim.period)
     assert row is not None
     assert row["checkpoint"] is None
 

@@ -15,7 +15,7 @@ OK = {"database": "ok", "schema": "ok", "heartbeat": "ok"}
 
 @dataclass
 class Beats:
-    """Stands in for the keeper thread: when it last wrote a heartbeat, and how often."""
+    """Stands in for the heartbeat thread: when it last wrote a heartbeat, and how often."""
 
     last_beat: float | None = None
     interval: float = 1.0

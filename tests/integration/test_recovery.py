@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 import structlog
 
-from scheduler import catalog
-from scheduler.dispatch import Dispatcher
-from scheduler.recovery import Recovery
+from scheduler.model import Due, Failure
+from scheduler.node import registration as catalog
+from scheduler.node.recovery import Recovery
 from scheduler.registry import Job, job
+from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import Reason, RunStatus
+from scheduler.store import claims, queries, takeover, writes
 from scheduler.store import jobs as job_rows
-from scheduler.store import runs
 from scheduler.store.database import Database
-from scheduler.store.runs import Due, Failure
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -38,7 +38,7 @@ def _recovery(database: Database, jobs: dict[str, Job]) -> tuple[Recovery, Dispa
 
 
 def _status(database: Database) -> tuple[str, int]:
-    row = runs.get(database, "report", PERIOD)
+    row = queries.run_mapping(database, "report", PERIOD)
     assert row is not None
     return str(row["status"]), int(str(row["attempt"]))
 
@@ -49,16 +49,16 @@ def test_attempts_that_never_started_do_not_count_against_the_period(database: D
     ran: list[int] = []
     report = job(cron="* * * * *", name="report")(lambda ctx: ran.append(ctx.attempt))
     jobs = {"report": report}
-    (claim,) = runs.claim(database, [Due("report", PERIOD, 30)], "node-x").won
+    (claim,) = claims.claim(database, [Due("report", PERIOD, 30)], "node-x").won
     for _ in range(3):
-        assert runs.finish(
+        assert writes.finish(
             database, claim, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0
         )
-        (stale,) = runs.find_stale(database, ["report"], 10)
-        taken = runs.retake(database, stale, "node-x")
+        (stale,) = takeover.find_stale(database, ["report"], 10)
+        taken = takeover.retake(database, stale, "node-x")
         assert taken is not None
         claim = taken
-    assert runs.finish(
+    assert writes.finish(
         database, claim, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0
     )
     recovery, dispatcher = _recovery(database, jobs)
@@ -76,10 +76,10 @@ def test_a_paused_job_keeps_its_retry_until_it_is_resumed(database: Database) ->
     report = job(cron="* * * * *", name="report", retries=2)(lambda ctx: ran.append(ctx.attempt))
     jobs = {"report": report}
     catalog.register(database, jobs)
-    (claim,) = runs.claim(database, [Due("report", PERIOD, 30)], NODE).won
-    runs.start(database, claim)
+    (claim,) = claims.claim(database, [Due("report", PERIOD, 30)], NODE).won
+    writes.start(database, claim)
     failure = Failure("builtins.ValueError", "bad row", "")
-    runs.finish(database, claim, RunStatus.FAILED, 3, failure=failure, retry_in=0)
+    writes.finish(database, claim, RunStatus.FAILED, 3, failure=failure, retry_in=0)
     assert job_rows.set_paused(database, "report", paused=True)
     recovery, dispatcher = _recovery(database, jobs)
     try:

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy import update
 
-from scheduler import catalog
-from scheduler.dispatch import Dispatcher
+from scheduler.node import registration as catalog
+from scheduler.node.requests import Requests
 from scheduler.registry import Job, job
-from scheduler.requests import Requests
+from scheduler.run.dispatcher import Dispatcher
 from scheduler.store import requests as asked
 from scheduler.store.database import Database
 from scheduler.store.requests import Draft, RequestKind

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from scheduler.cli import main
-from scheduler.shares import ONE_SHOT
+from scheduler.model import ONE_SHOT
 from scheduler.store.database import Database
 from scheduler.store.schema import jobs, nodes
 from tests.integration import seed

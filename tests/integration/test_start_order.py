@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from scheduler.model import Due, Entry, Started
 from scheduler.states import Origin, RunStatus
-from scheduler.store import history, runs
+from scheduler.store import claims, queries, writes
+from scheduler.store import periods as period_rows
 from scheduler.store.database import open_database
-from scheduler.store.history import Entry
-from scheduler.store.runs import Due, Start
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEXT = PERIOD + timedelta(seconds=1)
@@ -41,16 +41,16 @@ def _slow_start_of(postgres_url: str, period: datetime, seconds: float) -> None:
 def test_a_period_inserted_while_another_starts_waits_for_it(postgres_url: str) -> None:
     database = open_database(postgres_url)
     try:
-        (newer,) = runs.claim(database, [Due("sync", NEXT, 30)], "node-b").won
+        (newer,) = claims.claim(database, [Due("sync", NEXT, 30)], "node-b").won
         _slow_start_of(postgres_url, NEXT, 1.5)
-        results: dict[str, Start] = {}
+        results: dict[str, Started] = {}
         starting = threading.Thread(
-            target=lambda: results.update(newer=runs.start(database, newer, after_earlier=True))
+            target=lambda: results.update(newer=writes.start(database, newer, in_turn=True))
         )
         starting.start()
         threading.Event().wait(0.3)
         # Catch-up finds the older period missing and claims it, then starts it.
-        (older,) = history.write(
+        (older,) = period_rows.write(
             database,
             "sync",
             [Entry(PERIOD, RunStatus.CLAIMED)],
@@ -58,15 +58,15 @@ def test_a_period_inserted_while_another_starts_waits_for_it(postgres_url: str) 
             lease_seconds=30,
             origin=Origin.CATCHUP,
         ).won
-        results["older"] = runs.start(database, older, after_earlier=True)
+        results["older"] = writes.start(database, older, in_turn=True)
         starting.join(timeout=10)
         statuses = {
             str(row["period"]): str(row["status"])
-            for row in (runs.get(database, "sync", moment) for moment in (PERIOD, NEXT))
+            for row in (queries.run_mapping(database, "sync", moment) for moment in (PERIOD, NEXT))
             if row
         }
     finally:
         database.dispose()
-    assert results["newer"] is Start.STARTED
-    assert results["older"] is Start.WAIT, "two periods of the job ran at once"
+    assert results["newer"] is Started.STARTED
+    assert results["older"] is Started.WAIT, "two periods of the job ran at once"
     assert sorted(statuses.values()) == [RunStatus.CLAIMED, RunStatus.RUNNING]

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
 
+from scheduler import model
+from scheduler.model import Due, Failure, Finish, Started, StartRequest
 from scheduler.states import Origin, Reason, RunStatus
-from scheduler.store import runs
+from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database
-from scheduler.store.runs import Due, Failure, Finish, Start, StartRequest
 from scheduler.store.schema import attempts
 from scheduler.store.schema import runs as runs_table
 
@@ -39,52 +40,52 @@ def _attempt_rows(database: Database, run_id: str) -> list[dict[str, object]]:
 
 
 def test_skip_records_the_overlapping_period_as_skipped(database: Database) -> None:
-    (first,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    result = runs.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
     assert result.won == []
     (skipped,) = result.skipped
-    row = runs.get(database, "sync", NEXT)
+    row = queries.run_mapping(database, "sync", NEXT)
     assert row is not None
     assert (row["status"], row["reason"]) == (RunStatus.SKIPPED, Reason.OVERLAP)
     assert row["lease_expires_at"] is None
     assert skipped.period == NEXT
-    runs.finish(database, first, RunStatus.SUCCEEDED, 10)
-    assert runs.claim(database, [Due("sync", AFTER, 30)], "node-b").won
+    writes.finish(database, first, RunStatus.SUCCEEDED, 10)
+    assert claims.claim(database, [Due("sync", AFTER, 30)], "node-b").won
 
 
 def test_allow_claims_alongside_a_running_period(database: Database) -> None:
-    runs.claim(database, [Due("sync", PERIOD, 30, overlap_limit=None)], "node-a")
-    result = runs.claim(database, [Due("sync", NEXT, 30, overlap_limit=None)], "node-b")
+    claims.claim(database, [Due("sync", PERIOD, 30, overlap_limit=None)], "node-a")
+    result = claims.claim(database, [Due("sync", NEXT, 30, overlap_limit=None)], "node-b")
     assert len(result.won) == 1
 
 
 def test_queue_holds_one_waiting_period_and_starts_it_after_the_first(database: Database) -> None:
-    (first,) = runs.claim(database, [Due("sync", PERIOD, 30, overlap_limit=2)], "node-a").won
-    assert runs.start(database, first, after_earlier=True) is Start.STARTED
-    (waiting,) = runs.claim(database, [Due("sync", NEXT, 30, overlap_limit=2)], "node-b").won
-    assert runs.claim(database, [Due("sync", AFTER, 30, overlap_limit=2)], "node-c").skipped
-    assert runs.start(database, waiting, after_earlier=True) is Start.WAIT
-    runs.finish(database, first, RunStatus.SUCCEEDED, 10)
-    assert runs.start(database, waiting, after_earlier=True) is Start.STARTED
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30, overlap_limit=2)], "node-a").won
+    assert writes.start(database, first, in_turn=True) is Started.STARTED
+    (waiting,) = claims.claim(database, [Due("sync", NEXT, 30, overlap_limit=2)], "node-b").won
+    assert claims.claim(database, [Due("sync", AFTER, 30, overlap_limit=2)], "node-c").skipped
+    assert writes.start(database, waiting, in_turn=True) is Started.WAIT
+    writes.finish(database, first, RunStatus.SUCCEEDED, 10)
+    assert writes.start(database, waiting, in_turn=True) is Started.STARTED
 
 
 def test_an_expired_run_is_retaken_once_and_the_late_writer_refused(database: Database) -> None:
-    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    runs.start(database, claim)
-    assert runs.find_stale(database, ["sync"], 10) == []
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.start(database, claim)
+    assert takeover.find_stale(database, ["sync"], 10) == []
     _expire(database, claim.id)
-    (stale,) = runs.find_stale(database, ["sync"], 10)
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
     assert stale.expired
-    retaken = runs.retake(database, stale, "node-b")
+    retaken = takeover.retake(database, stale, "node-b")
     assert retaken is not None
     assert (retaken.attempt, retaken.holder) == (2, "node-b")
-    assert runs.retake(database, stale, "node-c") is None, "a stale read must not win twice"
+    assert takeover.retake(database, stale, "node-c") is None, "a stale read must not win twice"
     # The old holder comes back and tries to record its outcome: refused.
-    assert not runs.finish(database, claim, RunStatus.SUCCEEDED, 5)
-    assert runs.renew_leases(database, "node-a") == []
-    assert runs.start(database, retaken) is Start.STARTED
-    assert runs.finish(database, retaken, RunStatus.SUCCEEDED, 7)
-    row = runs.get(database, "sync", PERIOD)
+    assert not writes.finish(database, claim, RunStatus.SUCCEEDED, 5)
+    assert renewals.renew_leases(database, "node-a") == []
+    assert writes.start(database, retaken) is Started.STARTED
+    assert writes.finish(database, retaken, RunStatus.SUCCEEDED, 7)
+    row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None
     assert (row["status"], row["attempt"], row["holder"]) == (RunStatus.SUCCEEDED, 2, "node-b")
     (dead,) = _attempt_rows(database, claim.id)
@@ -97,18 +98,18 @@ def test_an_expired_run_is_retaken_once_and_the_late_writer_refused(database: Da
 
 
 def test_a_failed_run_waits_for_its_retry_time(database: Database) -> None:
-    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    runs.start(database, claim)
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.start(database, claim)
     failure = Failure("builtins.ValueError", "bad row 7", "Traceback …")
-    runs.finish(database, claim, RunStatus.FAILED, 3, failure=failure, retry_in=0.3)
-    assert runs.find_stale(database, ["sync"], 10) == []
-    waited = runs.seconds_until_recovery(database, ["sync"])
+    writes.finish(database, claim, RunStatus.FAILED, 3, failure=failure, retry_in=0.3)
+    assert takeover.find_stale(database, ["sync"], 10) == []
+    waited = takeover.seconds_until_recovery(database, ["sync"])
     assert waited is not None
     assert 0 < waited <= 0.3
     time.sleep(waited + 0.05)
-    (stale,) = runs.find_stale(database, ["sync"], 10)
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
     assert not stale.expired
-    retry = runs.retake(database, stale, "node-b", Origin.SCHEDULE)
+    retry = takeover.retake(database, stale, "node-b", Origin.SCHEDULE)
     assert retry is not None
     assert retry.attempt == 2
     (first,) = _attempt_rows(database, claim.id)
@@ -117,78 +118,78 @@ def test_a_failed_run_waits_for_its_retry_time(database: Database) -> None:
         "bad row 7",
         "node-a",
     )
-    row = runs.get(database, "sync", PERIOD)
+    row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None
     assert row["error_message"] is None
     assert row["retry_at"] is None
 
 
 def test_giving_up_ends_an_expired_run_abandoned(database: Database) -> None:
-    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
     _expire(database, claim.id)
-    (stale,) = runs.find_stale(database, ["sync"], 10)
-    assert runs.give_up(database, stale)
-    row = runs.get(database, "sync", PERIOD)
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
+    assert takeover.give_up(database, stale)
+    row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None
     assert (row["status"], row["reason"]) == (RunStatus.ABANDONED, Reason.LEASE_EXPIRED)
-    assert runs.find_stale(database, ["sync"], 10) == []
+    assert takeover.find_stale(database, ["sync"], 10) == []
 
 
 def test_lock_keys_are_stable() -> None:
-    assert runs.job_lock_key("billing") == runs.job_lock_key("billing")
-    assert runs.job_lock_key("billing") != runs.job_lock_key("billing2")
-    assert -(2**63) <= runs.job_lock_key("x") < 2**63
+    assert model.lock_key("billing") == model.lock_key("billing")
+    assert model.lock_key("billing") != model.lock_key("billing2")
+    assert -(2**63) <= model.lock_key("x") < 2**63
 
 
 def test_a_retaken_older_period_waits_for_a_newer_one_that_runs(database: Database) -> None:
     """Given back at shutdown, period 1 is retaken while period 2 already runs: it waits."""
-    (older,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    runs.finish(database, older, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0)
-    (newer,) = runs.claim(database, [Due("sync", NEXT, 30)], "node-b").won
-    assert runs.start(database, newer, after_earlier=True) is Start.STARTED
-    (stale,) = runs.find_stale(database, ["sync"], 10)
-    retaken = runs.retake(database, stale, "node-c")
+    (older,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.finish(database, older, RunStatus.ABANDONED, None, reason=Reason.SHUTDOWN, retry_in=0)
+    (newer,) = claims.claim(database, [Due("sync", NEXT, 30)], "node-b").won
+    assert writes.start(database, newer, in_turn=True) is Started.STARTED
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
+    retaken = takeover.retake(database, stale, "node-c")
     assert retaken is not None
-    assert runs.start(database, retaken, after_earlier=True) is Start.WAIT
-    runs.finish(database, newer, RunStatus.SUCCEEDED, 5)
-    assert runs.start(database, retaken, after_earlier=True) is Start.STARTED
+    assert writes.start(database, retaken, in_turn=True) is Started.WAIT
+    writes.finish(database, newer, RunStatus.SUCCEEDED, 5)
+    assert writes.start(database, retaken, in_turn=True) is Started.STARTED
 
 
 def test_stale_runs_of_jobs_this_node_does_not_run_are_paged_past(database: Database) -> None:
     """The recovery loop sends no job names: other nodes' stale runs must not hide ours."""
     strangers = [Due(f"other-{n}", PERIOD, 30) for n in range(5)]
     ours = [Due("sync", NEXT, 30)]
-    for claim in runs.claim(database, strangers + ours, "node-a").won:
+    for claim in claims.claim(database, strangers + ours, "node-a").won:
         _expire(database, claim.id)
-    (stale,) = runs.find_stale(database, {"sync"}, 2)
+    (stale,) = takeover.find_stale(database, {"sync"}, 2)
     assert (stale.job, stale.period) == ("sync", NEXT)
-    assert len(runs.find_stale(database, {f"other-{n}" for n in range(5)}, 2)) == 2
+    assert len(takeover.find_stale(database, {f"other-{n}" for n in range(5)}, 2)) == 2
 
 
 def test_the_recovery_deadline_for_every_job_ignores_deadlines_already_past(
     database: Database,
 ) -> None:
-    (expired,) = runs.claim(database, [Due("gone", PERIOD, 30)], "node-a").won
+    (expired,) = claims.claim(database, [Due("gone", PERIOD, 30)], "node-a").won
     _expire(database, expired.id)
-    assert runs.seconds_until_recovery(database, None) is None
-    runs.claim(database, [Due("sync", PERIOD, 30)], "node-a")
-    waited = runs.seconds_until_recovery(database, None)
+    assert takeover.seconds_until_recovery(database, None) is None
+    claims.claim(database, [Due("sync", PERIOD, 30)], "node-a")
+    waited = takeover.seconds_until_recovery(database, None)
     assert waited is not None
     assert 25 < waited <= 30
 
 
 def test_one_batch_fences_each_row_on_its_own(database: Database) -> None:
     """A batch of outcomes and starts: a refused row does not refuse its neighbours."""
-    held, other = runs.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 30)], "n").won
-    (waiting,) = runs.claim(database, [Due("c", PERIOD, 30)], "n").won
+    held, other = claims.claim(database, [Due("a", PERIOD, 30), Due("b", PERIOD, 30)], "n").won
+    (waiting,) = claims.claim(database, [Due("c", PERIOD, 30)], "n").won
     stale = replace(other, attempt=2)
-    applied, started = runs.record(
+    applied, started = writes.record(
         database,
         [Finish(held, RunStatus.SUCCEEDED, 4), Finish(stale, RunStatus.FAILED, 4)],
         [StartRequest(waiting), StartRequest(replace(waiting, holder="someone-else"))],
     )
-    assert (applied, started) == ([True, False], [Start.STARTED, Start.LOST])
-    statuses = {job: runs.get(database, job, PERIOD) for job in "abc"}
+    assert (applied, started) == ([True, False], [Started.STARTED, Started.LOST])
+    statuses = {job: queries.run_mapping(database, job, PERIOD) for job in "abc"}
     assert {job: row["status"] for job, row in statuses.items() if row} == {
         "a": RunStatus.SUCCEEDED,
         "b": RunStatus.CLAIMED,
@@ -198,36 +199,36 @@ def test_one_batch_fences_each_row_on_its_own(database: Database) -> None:
 
 def test_one_batch_starts_the_oldest_queued_period_and_holds_the_next(database: Database) -> None:
     due = [Due("sync", period, 30, overlap_limit=None) for period in (PERIOD, NEXT)]
-    older, newer = sorted(runs.claim(database, due, "n").won, key=lambda claim: claim.period)
-    _, started = runs.record(
-        database, [], [StartRequest(newer, after_earlier=True), StartRequest(older, True)]
+    older, newer = sorted(claims.claim(database, due, "n").won, key=lambda claim: claim.period)
+    _, started = writes.record(
+        database, [], [StartRequest(newer, in_turn=True), StartRequest(older, True)]
     )
-    assert started == [Start.WAIT, Start.STARTED]
+    assert started == [Started.WAIT, Started.STARTED]
     # The older one ends and the newer one starts in the same transaction.
-    applied, started = runs.record(
+    applied, started = writes.record(
         database,
         [Finish(older, RunStatus.SUCCEEDED, 9)],
-        [StartRequest(newer, after_earlier=True)],
+        [StartRequest(newer, in_turn=True)],
     )
-    assert (applied, started) == ([True], [Start.STARTED])
+    assert (applied, started) == ([True], [Started.STARTED])
 
 
 def test_a_lease_renewed_after_it_was_read_as_expired_is_not_retaken(database: Database) -> None:
     """Recovery read the lease as expired; before its takeover lands, the holder's
     renewal does. The takeover must look at the lease again, or the holder would carry
     on believing its renewal and the new attempt would run beside it."""
-    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    runs.start(database, claim)
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.start(database, claim)
     _expire(database, claim.id)
-    (stale,) = runs.find_stale(database, ["sync"], 10)
+    (stale,) = takeover.find_stale(database, ["sync"], 10)
     with database.transaction() as connection:
         connection.execute(
             update(runs_table)
             .where(runs_table.c.id == claim.id)
             .values(lease_expires_at=datetime.now(UTC) + timedelta(seconds=30))
         )
-    assert runs.retake(database, stale, "node-b") is None
-    row = runs.get(database, "sync", PERIOD)
+    assert takeover.retake(database, stale, "node-b") is None
+    row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None
     assert (row["attempt"], row["holder"]) == (1, "node-a")
 
@@ -235,7 +236,7 @@ def test_a_lease_renewed_after_it_was_read_as_expired_is_not_retaken(database: D
 def test_an_expired_lease_cannot_be_renewed(database: Database) -> None:
     """Once the lease has run out by the database clock, the run is anyone's: the old
     holder's renewal is refused, so that it learns it lost, whoever retakes it."""
-    (claim,) = runs.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
-    runs.start(database, claim)
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.start(database, claim)
     _expire(database, claim.id)
-    assert runs.renew_leases(database, "node-a") == []
+    assert renewals.renew_leases(database, "node-a") == []

@@ -15,7 +15,7 @@ from scheduler.check import (
     recorded_problem,
 )
 from scheduler.cron import parse_schedule
-from scheduler.store.jobs import JobRow
+from scheduler.model import JobRow
 from scheduler.store.queries import NodeRow, RunRow, Success
 
 NOW = datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduler.console.grid import UPCOMING, duration_bars, grid_row, matches, utc
-from scheduler.store.jobs import JobRow
+from scheduler.model import JobRow
 from scheduler.store.overview import Cell
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)

@@ -3,6 +3,7 @@ grepping the log for a name can look it up."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -19,6 +20,30 @@ def _logged() -> dict[str, str]:
     return found
 
 
+def _side_thread_crashes() -> dict[str, str]:
+    """`SideThread` logs `<its name>_crashed`; the name is the first argument its
+    subclass hands to `super().__init__`."""
+    found: dict[str, str] = {}
+    for path in sorted((ROOT / "scheduler").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
+            if "SideThread" not in bases:
+                continue
+            for call in ast.walk(node):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "__init__"
+                    and call.args
+                    and isinstance(call.args[0], ast.Constant)
+                    and isinstance(call.args[0].value, str)
+                ):
+                    found[f"{call.args[0].value}_crashed"] = str(path.relative_to(ROOT))
+    return found
+
+
 def _documented() -> set[str]:
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("| event | level |") :]
@@ -28,4 +53,11 @@ def _documented() -> set[str]:
 
 def test_every_logged_event_is_documented() -> None:
     missing = {name: where for name, where in _logged().items() if name not in _documented()}
+    assert missing == {}, f"add these to the README's table of events: {missing}"
+
+
+def test_every_side_thread_crash_is_documented() -> None:
+    crashes = _side_thread_crashes()
+    assert {"heartbeat_crashed", "recovery_crashed", "pruner_crashed"} <= set(crashes)
+    missing = {name: where for name, where in crashes.items() if name not in _documented()}
     assert missing == {}, f"add these to the README's table of events: {missing}"

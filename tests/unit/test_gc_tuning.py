@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.daemon import GC_YOUNG_THRESHOLD, tune_garbage_collection
+from scheduler.node.daemon import GC_YOUNG_THRESHOLD, tune_garbage_collection
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scheduler.groupcommit import GroupCommit, _Slot
+from scheduler.run.groupcommit import GroupCommit, _Slot
 
 
 class PoisonedError(Exception):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduler.cron import parse_schedule
+from scheduler.model import ONE_SHOT
 from scheduler.retirement import LOST_NODES_KEPT, REGISTRATION_SLACK, fleet, retired
-from scheduler.shares import ONE_SHOT
 from scheduler.store.queries import NodeRow
 
 NOW = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)

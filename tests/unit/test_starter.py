@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from scheduler.starter import Starter
+from scheduler.run.starter import Starter
 
 
 def test_batches_never_exceed_the_free_workers_and_failures_fall_back() -> None:

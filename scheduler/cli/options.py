@@ -1,0 +1,197 @@
+"""What the `scheduler` commands share: the options and their parsing, the error style
+(a user's mistake prints one line on stderr and exits 2), loading the job modules and
+opening the database before anything is written, and the signal handlers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from scheduler import logs
+from scheduler.config import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_GRACE,
+    DEFAULT_JOBS,
+    parse_jobs_option,
+)
+from scheduler.errors import UserError
+from scheduler.registry import Job, importable, load_jobs
+from scheduler.store import migrate as migrations
+from scheduler.store.database import Database, open_database
+
+USER_ERROR = 2
+# `migrate --check`: the schema needs `scheduler migrate`.
+BEHIND = 1
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+class Group(click.Group):
+    """Turns a UserError anywhere below into one line on stderr and exit status 2, and
+    click's own usage errors (a missing argument, an unknown option) into the same shape."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as error:
+            click.echo(f"error: {error}", err=True)
+            ctx.exit(USER_ERROR)
+
+    def main(  # one signature for both of click's overloads
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()  # the bare command: its help, as click shows it
+            sys.exit(USER_ERROR)
+        except click.UsageError as error:
+            click.echo(f"error: {usage_line(error)}", err=True)
+            sys.exit(USER_ERROR)
+        except click.ClickException as error:
+            click.echo(f"error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def usage_line(error: click.UsageError) -> str:
+    """click's message on one line, with the command to ask for help."""
+    message = " ".join(error.format_message().split())
+    if error.ctx is None:
+        return message
+    return f"{error.ctx.command_path}: {message} (see `{error.ctx.command_path} --help`)"
+
+
+def database_option(command: Command) -> Command:
+    return click.option(
+        "--database-url",
+        envvar="SCHEDULER_DATABASE_URL",
+        default=DEFAULT_DATABASE_URL,
+        show_default=True,
+        show_envvar=True,
+        help="sqlite:///path.db (embedded) or postgresql://user@host/db (shared by replicas).",
+    )(command)
+
+
+def jobs_option(command: Command) -> Command:
+    return click.option(
+        "--jobs",
+        "jobs_modules",
+        envvar="SCHEDULER_JOBS",
+        default=DEFAULT_JOBS,
+        show_default=True,
+        show_envvar=True,
+        help="Comma-separated modules or packages that define jobs.",
+    )(command)
+
+
+def logging_options(command: Command) -> Command:
+    command = click.option(
+        "--log-format",
+        envvar="SCHEDULER_LOG_FORMAT",
+        type=click.Choice([choice.value for choice in logs.LogFormat]),
+        default=logs.LogFormat.AUTO.value,
+        show_default=True,
+        show_envvar=True,
+        help="auto: coloured lines on a terminal, JSON lines otherwise.",
+    )(command)
+    return click.option(
+        "--log-level",
+        envvar="SCHEDULER_LOG_LEVEL",
+        type=click.Choice(logs.LOG_LEVELS),
+        default="info",
+        show_default=True,
+        show_envvar=True,
+    )(command)
+
+
+def node_options(command: Command) -> Command:
+    """Options of every command that acts as a node: `run` and `run-once`."""
+    command = click.option(
+        "--node-name",
+        envvar="SCHEDULER_NODE_NAME",
+        default=None,
+        show_envvar=True,
+        help="Name shown for this node [default: HOST-PID].",
+    )(command)
+    return click.option(
+        "--grace",
+        envvar="SCHEDULER_GRACE",
+        default=DEFAULT_GRACE,
+        show_default=True,
+        show_envvar=True,
+        help="How long running jobs may finish after SIGTERM.",
+    )(command)
+
+
+def load_job_modules(jobs_modules: str) -> dict[str, Job]:
+    """The jobs of `--jobs`. Left at its default (`jobs`, the examples of a source
+    checkout) where no `jobs` package is, it asks for the user's own modules: the
+    image ships none on its import path, so production never runs the demo by accident."""
+    context = click.get_current_context(silent=True)
+    source = context.get_parameter_source("jobs_modules") if context else None
+    if source is ParameterSource.DEFAULT and not importable(DEFAULT_JOBS):
+        raise UserError(
+            f"--jobs: name your job modules with --jobs or SCHEDULER_JOBS (e.g. myapp.jobs or "
+            f"./tasks.py); there is no {DEFAULT_JOBS!r} package in {Path.cwd()} to default to"
+        )
+    return load_jobs(parse_jobs_option(jobs_modules))
+
+
+def prepare(
+    database_url: str,
+    jobs_modules: str,
+    log_format: str,
+    log_level: str,
+    *,
+    migrate_first: bool,
+    connections: int = 10,
+    application_name: str = "scheduler",
+) -> tuple[Database, dict[str, Job]]:
+    """Everything that may refuse bad input, before anything is written."""
+    logs.configure(logs.LogFormat(log_format), log_level)
+    jobs = load_job_modules(jobs_modules)
+    database = open_database(
+        database_url,
+        must_exist=not migrate_first,
+        connections=connections,
+        application_name=application_name,
+    )
+    # Job code sees the database this command uses, flag or variable (jobs/app.py reads it).
+    os.environ["SCHEDULER_DATABASE_URL"] = database_url
+    if migrate_first:
+        migrations.upgrade(database)
+    migrations.require_current_schema(database)
+    return database, jobs
+
+
+def install_signal_handlers(request_stop: Callable[[], None]) -> None:
+    """First SIGTERM/SIGINT: stop and drain. A second one: leave at once."""
+    received: list[int] = []
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if received:
+            os._exit(128 + signum)
+        received.append(signum)
+        logs.get_logger().info("signal_received", signal=signal.Signals(signum).name)
+        request_stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)

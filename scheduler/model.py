@@ -1,0 +1,249 @@
+"""The words every layer uses for runs and nodes, as frozen values: no SQL, no threads.
+
+The store takes and returns these; the run path, the node and the commands name runs
+with them without importing the store.
+
+- A `Due` is a period a node wants to claim; the claim answers with a `ClaimResult`
+  of `Claim`s, the periods this node now holds.
+- A claim is one attempt of one run: `RunKey` (run id, attempt) names it, and the
+  fence (run id, attempt, holder) guards every write about it.
+- A `StartRequest` marks a held run running (`Started` says how that went); a
+  `Finish` records how an attempt ended.
+- A `Stale` run may be taken over (its lease expired, or its retry is due); a `Held`
+  row is one a renewal found in this node's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from scheduler.states import Origin, Reason, RunStatus
+
+# (run id, attempt): the fencing pair that names one attempt of a run.
+RunKey = tuple[str, int]
+# How far ahead of the database clock a period may be and still be claimed: the host
+# clocks of nodes and the database's never agree to the microsecond.
+FUTURE_TOLERANCE = timedelta(seconds=2)
+# A node that missed this many heartbeats in a row is taken for silent: its peers stop
+# leaving it a share, /readyz says it is not ready, `nodes` and `check` call it lost.
+SILENT_BEATS = 3
+# The jobs digest of a node that runs one job once (run-once, trigger, backfill): never
+# anyone's peer, and not a daemon.
+ONE_SHOT = "one-shot"
+
+
+def lock_key(job: str) -> int:
+    """A stable signed 64-bit key per job, the same on every node and Python version: the
+    job's advisory lock, and the hash that shares its periods out among peers."""
+    digest = hashlib.blake2b(f"scheduler:{job}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    id: str
+    name: str
+    host: str
+    pid: int
+    version: str
+
+
+@dataclass(frozen=True)
+class Due:
+    """A period that a node wants to claim.
+
+    `overlap_limit` is how many other runs may occupy the job before this period is
+    recorded as skipped (1 for `skip`, 2 for `queue`); None allows any (`allow`).
+    """
+
+    job: str
+    period: datetime
+    lease_seconds: float
+    overlap_limit: int | None = 1
+    origin: Origin = Origin.SCHEDULE
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A period this node holds: the fencing triple plus what a dispatcher needs.
+
+    `lease_from` is this process's monotonic clock just before the statement that gave
+    the lease was sent: the lease cannot end before `lease_from + lease_seconds` by that
+    clock, which is how the holder knows, without asking, until when it is safe.
+    """
+
+    id: str
+    job: str
+    period: datetime
+    attempt: int
+    holder: str
+    lease_seconds: float
+    origin: Origin
+    lease_from: float = field(default=0.0, compare=False)
+    # Earlier attempts of the period that called the function (not those given back
+    # before they started): what counts against the job's retries.
+    starts_before: int = 0
+
+    @property
+    def key(self) -> RunKey:
+        """One attempt of one run: a node may hold a later attempt of a run it lost."""
+        return (self.id, self.attempt)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    won: list[Claim]
+    skipped: list[Claim]
+    reasons: dict[str, Reason] = field(default_factory=dict)
+    # Periods not claimed because the database clock has not reached them yet.
+    early: list[Due] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong in a run, trimmed for storage. `trace` is the traceback as data
+    (each exception of the chain: type, value, frames), for the log; it is not stored."""
+
+    type: str
+    message: str
+    traceback: str
+    trace: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+
+
+class Started(Enum):
+    """How a start went: the function may be called; it waits its turn; it is not ours."""
+
+    STARTED = "started"
+    WAIT = "wait"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Mark a held run as running. `in_turn` (every overlap but `allow`): the job runs one
+    period at a time, oldest first, so only when no other period of it is running and no
+    earlier one waits; otherwise WAIT."""
+
+    claim: Claim
+    in_turn: bool = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How an attempt ended. `retry_in` marks the period for another attempt after that
+    many seconds; any node's recovery pass may take it then. `lingering`: the function
+    still runs (a thread past its timeout), so the holder keeps the lease (and renews
+    it) until the function returns, and the retry waits for that. `waiting_only`: only
+    if the run has not started (a claim given back); a start that landed first keeps it."""
+
+    claim: Claim
+    status: RunStatus
+    duration_ms: int | None
+    failure: Failure | None = None
+    reason: Reason | None = None
+    retry_in: float | None = None
+    lingering: bool = False
+    waiting_only: bool = False
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A run another node may take over: its lease expired, or it waits for a retry."""
+
+    id: str
+    job: str
+    period: datetime
+    attempt: int
+    holder: str | None
+    status: RunStatus
+    lease_seconds: float
+    origin: Origin
+    expired: bool
+    # Attempts that called the function: what counts against the job's retries.
+    started_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Held:
+    """A row this node's name is on with a live lease, as a renewal found it."""
+
+    id: str
+    job: str
+    period: datetime
+    attempt: int
+    status: RunStatus
+    lease_seconds: float
+    origin: Origin
+    started_attempts: int
+
+    @property
+    def key(self) -> RunKey:
+        return (self.id, self.attempt)
+
+    def as_claim(self, holder: str, lease_from: float) -> Claim:
+        """The row as a claim to run (it is `claimed`: this attempt has not started)."""
+        return Claim(
+            self.id,
+            self.job,
+            self.period,
+            self.attempt,
+            holder,
+            self.lease_seconds,
+            self.origin,
+            lease_from,
+            self.started_attempts,
+        )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One period to write in bulk (catch-up, backfill, a manual run): claimed by this
+    node to run, or recorded skipped or missed."""
+
+    period: datetime
+    status: RunStatus
+    reason: Reason | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a bulk write did: the claimed entries this node won, and the entries it left
+    alone because the database clock has not reached their period yet."""
+
+    won: list[Claim] = field(default_factory=list)
+    early: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the jobs table has it: its schedule, pause state and catch-up watermark."""
+
+    name: str
+    cron: str
+    timezone: str
+    first_seen: datetime
+    last_seen: datetime
+    paused: bool
+    paused_at: datetime | None
+    lease_seconds: float | None
+    timeout_seconds: float | None
+    retries: int | None
+    alert_after_seconds: float | None
+    resumed_at: datetime | None = None
+    caught_up_to: datetime | None = None
+    schedule_changed_at: datetime | None = None
+    previous_cron: str | None = None
+    previous_timezone: str | None = None
+
+
+@dataclass(frozen=True)
+class PauseRow:
+    """One pause of a job: [paused_at, resumed_at), resumed_at None while it lasts."""
+
+    job: str
+    paused_at: datetime
+    resumed_at: datetime | None

@@ -1,0 +1,423 @@
+"""The long-lived loop: sleep until something is due, claim it in one batch, dispatch.
+
+The loop wakes at the earliest of "next period" and "stop requested"; it never polls.
+Side threads (heartbeat, recovery, catch-up, requests, pruner) are supervised: if one
+of them dies, the node stops rather than run without it.
+
+Shutdown stops the loop and the side threads that claim, then drains the dispatcher
+while the heartbeat still renews the leases of what runs, and stops the heartbeat last.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+from structlog.typing import FilteringBoundLogger
+
+from scheduler import config, metrics
+from scheduler.durations import parse_duration
+from scheduler.model import ClaimResult, Due, NodeIdentity
+from scheduler.node import liveness
+from scheduler.node.catchup_loop import CatchUp, CatchUpLoop
+from scheduler.node.clock import Clock
+from scheduler.node.heartbeat import Heartbeat
+from scheduler.node.liveness import Liveness
+from scheduler.node.liveness import Mode as LivenessMode
+from scheduler.node.peers import HANDOFF_S, Peers, jobs_digest
+from scheduler.node.pruner import Pruner
+from scheduler.node.recovery import Recovery
+from scheduler.node.requests import Requests
+from scheduler.node.upcoming import Upcoming
+from scheduler.policy import Policy
+from scheduler.registry import Job
+from scheduler.run.dispatcher import Dispatcher
+from scheduler.store import claims, nodes, periods
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError
+from scheduler.store.liveness import SessionLock
+
+# The defaults are the command's (scheduler.config), parsed once.
+DEFAULT_RECOVERY_INTERVAL = parse_duration(config.DEFAULT_RECOVERY_INTERVAL)
+DEFAULT_CATCHUP_INTERVAL = parse_duration(config.DEFAULT_CATCHUP_INTERVAL)
+DEFAULT_SUMMARY_INTERVAL = parse_duration(config.DEFAULT_SUMMARY_INTERVAL)
+# A node beats at least as often as a job with the default lease needs.
+LONGEST_HEARTBEAT = Policy().heartbeat
+CLAIM_RETRY_S = 1.0
+# How often, at most, a node says that the database refused periods as early.
+EARLY_WARNING_S = 60.0
+# Periods this node could not claim for this long (database down) are left to catch-up.
+LATE_LIMIT = timedelta(minutes=5)
+# Allocations between young-generation collections (CPython's default is 700). A short
+# run allocates a few hundred objects and frees nearly all of them by reference count,
+# so collecting every 700 allocations was a large share of a run's CPU (bench/run_path
+# measures it; see BENCHMARKS.md).
+GC_YOUNG_THRESHOLD = 20_000
+# Connections a node needs beside one per worker: heartbeat, recovery, catch-up, the
+# loop's claims, starter, outcome writer, pruner, HTTP probes and metrics.
+SIDE_CONNECTIONS = 10
+# A database call of the heartbeat or the run path may take at most half the shortest
+# lease (and never less than this, nor more than the cap): it cannot block past a lease.
+CALL_TIMEOUT_MIN_S = 1.0
+CALL_TIMEOUT_MAX_S = 15.0
+# Catch-up passes and prunes write thousands of rows a statement: they get longer.
+BULK_CALL_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    workers: int
+    grace: timedelta
+    recovery_interval: timedelta = DEFAULT_RECOVERY_INTERVAL
+    catchup_interval: timedelta = DEFAULT_CATCHUP_INTERVAL
+    # Prune history older than this now and then; None keeps everything.
+    retention: timedelta | None = None
+    liveness: LivenessMode = LivenessMode.AUTO
+    # How often the node says how many periods ran elsewhere (None: never).
+    summary_interval: timedelta | None = DEFAULT_SUMMARY_INTERVAL
+
+
+def call_timeout(jobs: Iterable[Job]) -> float:
+    """The deadline of each database call of a node that runs these jobs."""
+    shortest = min((job.policy.lease.total_seconds() for job in jobs), default=30.0)
+    return min(CALL_TIMEOUT_MAX_S, max(CALL_TIMEOUT_MIN_S, shortest / 2))
+
+
+class Daemon:
+    def __init__(
+        self,
+        database: Database,
+        jobs: Mapping[str, Job],
+        node: NodeIdentity,
+        settings: DaemonSettings,
+    ) -> None:
+        database = database.bounded(call_timeout(jobs.values()))
+        bulk = database.bounded(BULK_CALL_TIMEOUT_S)
+        self._database = database
+        self._jobs = jobs
+        self._node = node
+        self._settings = settings
+        self._liveness: Liveness | None = None
+        self._stop = threading.Event()
+        self._clock = Clock()
+        self._retrying = False
+        self._early_said = -EARLY_WARNING_S
+        # The live loop claims every period after this instant; earlier ones are
+        # catch-up's.
+        self._live_since = self._clock.now()
+        self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
+        self._summary = Summary(settings.summary_interval, self._log)
+        self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
+        self.peers = Peers(node.id)
+        heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [LONGEST_HEARTBEAT])
+        self.heartbeat = Heartbeat(
+            database=database,
+            dispatcher=self.dispatcher,
+            node_id=node.id,
+            interval=heartbeat.total_seconds(),
+            log=self._log,
+            clock=self._clock,
+            peers=self.peers,
+            halt=self._stop,
+        )
+        self._recovery = Recovery(
+            database=database,
+            dispatcher=self.dispatcher,
+            jobs=jobs,
+            node_id=node.id,
+            interval=settings.recovery_interval.total_seconds(),
+            stop=self._stop,
+            log=self._log,
+            peers=self.peers,
+        )
+        self._requests = Requests(
+            database=database,
+            dispatcher=self.dispatcher,
+            jobs=jobs,
+            node_id=node.id,
+            stop=self._stop,
+            log=self._log,
+        )
+        self._catch_up = CatchUpLoop(
+            catch_up=CatchUp(
+                bulk,
+                jobs,
+                node.id,
+                self.dispatcher.submit,
+                self._log,
+                live_since=self._live_since,
+                live_retry=LATE_LIMIT,
+            ),
+            clock=self._clock,
+            interval=settings.catchup_interval,
+            stop=self._stop,
+            log=self._log,
+        )
+        self._pruner = (
+            Pruner(database=bulk, retention=settings.retention, stop=self._stop, log=self._log)
+            if settings.retention
+            else None
+        )
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """Serve until asked to stop; return how many runs were abandoned at shutdown."""
+        tune_garbage_collection()
+        key = self._take_liveness()
+        self._supersede_earlier()
+        nodes.register(self._database, self._node, jobs_digest(self._jobs.values()), key)
+        if self._liveness is not None:
+            self._liveness.start()
+        self.heartbeat.calibrate()
+        self.heartbeat.find_peers()
+        self._log.info(
+            "node_started",
+            host=self._node.host,
+            pid=self._node.pid,
+            version=self._node.version,
+            jobs=len(self._jobs),
+        )
+        self.heartbeat.start()
+        self._recovery.start()
+        self._requests.start()
+        self._catch_up.start()
+        if self._pruner is not None:
+            self._pruner.start()
+        try:
+            self._loop()
+        finally:
+            abandoned = self._shutdown()
+        return abandoned
+
+    def _take_liveness(self) -> int | None:
+        """Bind this node's liveness to a session lock where the database allows it;
+        the key to write in its row, or None when the lease alone decides."""
+        mode, why = liveness.choose(self._database, self._settings.liveness)
+        self._log.info("liveness_mode", mode=mode.value, why=why)
+        if mode is not LivenessMode.SESSION:
+            return None
+        lock = SessionLock(self._database, f"scheduler {self._node.name}")
+        key = lock.connect()
+        self._liveness = Liveness(
+            database=self._database,
+            node_id=self._node.id,
+            lock=lock,
+            lost=self.dispatcher.lose_all,
+            log=self._log,
+            halt=self._stop,
+        )
+        return key
+
+    def _supersede_earlier(self) -> None:
+        """An earlier incarnation of this node (same name and host) that died without
+        saying so is dead for sure: mark it stopped and let its runs be taken at once."""
+        dead = [
+            previous.id
+            for previous in nodes.earlier_incarnations(self._database, self._node)
+            if nodes.is_dead(previous, self._node)
+        ]
+        if dead:
+            released = nodes.supersede(self._database, dead)
+            self._log.warning("node_superseded", earlier=dead, runs_released=released)
+
+    def _loop(self) -> None:
+        upcoming = Upcoming(self._jobs.values(), self._live_since)
+        # Periods of this node's share, and any a database fault kept for another try.
+        pending: list[Due] = []
+        # Periods of the peers' shares: (when to look at them, the periods).
+        handed: deque[tuple[float, list[Due]]] = deque()
+        while not self._stop.is_set():
+            now = self._clock.now()
+            theirs: list[Due] = []
+            for job, period in upcoming.pop_due(now):
+                item = job.due(period)
+                (pending if self.peers.mine(job.name) else theirs).append(item)
+            if theirs:
+                handed.append((time.monotonic() + HANDOFF_S, theirs))
+            looked: list[Due] = []
+            # After a failed claim the peers are likely stuck too: their shares are
+            # looked at now, so that the backlog is claimed in one batch once the
+            # database answers (periods claimed together do not skip each other).
+            while handed and (self._retrying or handed[0][0] <= time.monotonic()):
+                looked += handed.popleft()[1]
+            batch = pending + self._left_over(looked)
+            pending = self._claim(batch, now, retried=self._retrying)
+            self._retrying = bool(pending)
+            waits = [CLAIM_RETRY_S] if pending else []
+            summary_in = self._summary.tell()
+            if summary_in is not None:
+                waits.append(summary_in)
+            next_due = upcoming.next_due()
+            if next_due is not None:
+                waits.append((next_due - self._clock.now()).total_seconds())
+            if handed:
+                waits.append(handed[0][0] - time.monotonic())
+            self._stop.wait(max(0.0, min(waits)) if waits else None)
+
+    def _left_over(self, theirs: list[Due]) -> list[Due]:
+        """What the peers' shares still lack; all of it if the database cannot say."""
+        if not theirs:
+            return []
+        try:
+            left = periods.unclaimed(self._database, theirs)
+        except StoreError as error:
+            self._log.warning("claim_failed", error=error.message, periods=len(theirs))
+            return theirs
+        if left:
+            self._log.info("peer_share_claimed", periods=len(left), of=len(theirs))
+        self._summary.elsewhere += len(theirs) - len(left)
+        return left
+
+    def _claim(self, due: list[Due], now: datetime, *, retried: bool) -> list[Due]:
+        """Claim and dispatch; on a database fault keep the periods for the next try.
+        Periods the database clock has not reached yet are kept too, and said.
+
+        `retried`: the claim is tried again after a fault, whose commit may have landed
+        with its reply lost: rows already in this node's name are taken as won.
+        """
+        if not due:
+            return []
+        # Runs are dispatched once the whole batch is claimed: their threads would
+        # compete with, and so delay, the claiming of the rest when thousands are due at
+        # once. Chunks committed before a fault are dispatched all the same.
+        committed: list[ClaimResult] = []
+        try:
+            result = claims.claim(
+                self._database, due, self._node.id, committed=committed.append, adopt=retried
+            )
+        except StoreError as error:
+            self._log.warning("claim_failed", error=error.message, periods=len(due))
+            # The rest is retried; a period claimed meanwhile by another node (or by
+            # this one, in a chunk that committed) is simply not returned again.
+            return [item for item in due if now - item.period < LATE_LIMIT]
+        finally:
+            for part in committed:
+                self._dispatch(part)
+        if result.early:
+            self._early(result.early)
+        metrics.record_claims(len(due) - len(result.early), result.won, result.skipped)
+        self._summary.here += len(result.won)
+        self._summary.elsewhere += (
+            len(due) - len(result.won) - len(result.skipped) - len(result.early)
+        )
+        if self._log.is_enabled_for(logging.DEBUG):
+            taken = {(claim.job, claim.period) for claim in result.won + result.skipped}
+            early = {(item.job, item.period) for item in result.early}
+            for item in due:
+                if (item.job, item.period) not in taken | early:
+                    self._log.debug("run_claim_lost", job=item.job, period=item.period.isoformat())
+        return result.early
+
+    def _early(self, early: list[Due]) -> None:
+        """The database says these periods have not come yet: this node's clock is ahead
+        of it. Read the clock again, say so once a while, and keep the periods."""
+        try:
+            self.heartbeat.calibrate()
+        except StoreError as error:
+            self._log.warning("heartbeat_failed", error=error.message)
+        moment = time.monotonic()
+        if moment - self._early_said >= EARLY_WARNING_S:
+            self._early_said = moment
+            first = min(item.period for item in early)
+            self._log.warning(
+                "clock_skew",
+                stage="claim",
+                periods=len(early),
+                first=first.isoformat(),
+                offset_s=round(self._clock.offset.total_seconds(), 3),
+            )
+
+    def _dispatch(self, result: ClaimResult) -> None:
+        """One committed chunk of a claim: log it and start its runs."""
+        for claim in result.won:
+            self._log.info(
+                "run_claimed",
+                job=claim.job,
+                period=claim.period.isoformat(),
+                run_id=claim.id,
+                attempt=claim.attempt,
+            )
+        for claim in result.skipped:
+            self._log.info(
+                "run_skipped",
+                job=claim.job,
+                period=claim.period.isoformat(),
+                run_id=claim.id,
+                reason=result.reasons[claim.id].value,
+            )
+        for claim in result.won:
+            self.dispatcher.submit(claim)
+
+    def _shutdown(self) -> int:
+        self._stop.set()
+        running = len(self.dispatcher.held())
+        self._log.info(
+            "node_stopping", running=running, grace_s=self._settings.grace.total_seconds()
+        )
+        abandoned = self.dispatcher.drain(
+            self._settings.grace.total_seconds(), before_giving_back=self._leave
+        )
+        self._log.info("node_stopped", abandoned=abandoned)
+        for side in (self.heartbeat, self._recovery, self._requests, self._catch_up, self._pruner):
+            if side is not None and side.failure is not None:
+                raise RuntimeError(f"the {side.name} thread died") from side.failure
+        return abandoned
+
+    def _leave(self) -> None:
+        """The drain is over: stop renewing and say this node is gone (its liveness lock
+        goes last, once its row says it stopped)."""
+        self.heartbeat.stop()
+        try:
+            nodes.mark_stopped(self._database, self._node.id)
+        except StoreError as error:
+            self._log.warning("node_stop_unrecorded", error=error.message)
+        if self._liveness is not None:
+            self._liveness.close()
+
+
+class Summary:
+    """Counts the periods this node claimed and those other nodes had, and now and then
+    says so (`periods_elsewhere`): with several replicas most periods run elsewhere,
+    and a quiet node should not look like one that does nothing."""
+
+    def __init__(self, interval: timedelta | None, log: FilteringBoundLogger) -> None:
+        self._interval = interval.total_seconds() if interval else None
+        self._log = log
+        self._since = time.monotonic()
+        self.here = 0
+        self.elsewhere = 0
+
+    def tell(self) -> float | None:
+        """Say it if the interval is over; how long until the next time (None: never)."""
+        if self._interval is None:
+            return None
+        moment = time.monotonic()
+        if moment - self._since >= self._interval:
+            if self.elsewhere:
+                self._log.info(
+                    "periods_elsewhere",
+                    periods=self.elsewhere,
+                    here=self.here,
+                    window_s=round(moment - self._since),
+                )
+            self._since, self.here, self.elsewhere = moment, 0, 0
+        return self._since + self._interval - moment
+
+
+def tune_garbage_collection() -> None:
+    """The jobs, their schedules and the libraries are loaded and live as long as the
+    node: moved out of the collector's sight, a full collection no longer walks them
+    all (a pause that grows with the number of jobs), and young collections are rarer."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)

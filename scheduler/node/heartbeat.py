@@ -1,0 +1,104 @@
+"""The node's heartbeat: keeps its row in `scheduler_nodes` fresh and its leases alive,
+and learns which peers are alive to share out due periods with.
+
+Leases are renewed by the holder's name, so a renewal also finds what this node holds
+without knowing it (a claim or start whose reply was lost) and hands it to the
+dispatcher to settle. The heartbeat has a stop event of its own: it keeps renewing
+while the node drains, and stops only once no run is left to renew. Whether a run is
+still this node's by its own clock is the dispatcher's lease watch's to decide, not this
+thread's, which may be stuck in a call to a database that does not answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+from structlog.typing import FilteringBoundLogger
+
+from scheduler.model import SILENT_BEATS
+from scheduler.node.clock import SKEW_WARNING, Clock
+from scheduler.node.peers import Peers
+from scheduler.run.dispatcher import Dispatcher
+from scheduler.store import nodes, renewals
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError
+from scheduler.supervision import SideThread
+
+FIRST_BEAT_S = 1.0
+# A peer whose heartbeat is older than this many intervals is no longer given a share
+# (/readyz calls a node stale after the same three).
+
+
+class Heartbeat(SideThread):
+    def __init__(
+        self,
+        *,
+        database: Database,
+        dispatcher: Dispatcher,
+        node_id: str,
+        interval: float,
+        log: FilteringBoundLogger,
+        clock: Clock,
+        peers: Peers,
+        halt: threading.Event,
+    ) -> None:
+        # Its own stop event (it beats on while the node drains); a crash halts the node.
+        super().__init__("heartbeat", threading.Event(), log, halt=halt)
+        # Soon after start, so that nodes started together learn of each other at once.
+        self.first_wait = min(interval, FIRST_BEAT_S)
+        self._database = database
+        self._dispatcher = dispatcher
+        self._peers = peers
+        self._node_id = node_id
+        self._interval = interval
+        self._clock = clock
+        self._skewed = False
+        self.last_beat: float | None = None
+
+    @property
+    def interval(self) -> float:
+        """Seconds between heartbeats; /readyz calls the node stale after three."""
+        return self._interval
+
+    def stop(self) -> None:
+        """Stop beating (after the node has drained)."""
+        self._stop.set()
+
+    def step(self) -> float:
+        self.beat()
+        return self._interval
+
+    def beat(self) -> None:
+        sent = time.monotonic()
+        try:
+            nodes.heartbeat(self._database, self._node_id)
+            held = renewals.renew_leases(self._database, self._node_id)
+            self._dispatcher.renewed(held, sent)
+            self.calibrate()
+            self.find_peers()
+        except StoreError as error:
+            self._log.warning("heartbeat_failed", error=error.message)
+            return
+        self.last_beat = sent
+
+    def find_peers(self) -> None:
+        """Read which nodes with this node's jobs are alive; they share out due periods."""
+        alive_within = SILENT_BEATS * self._interval
+        self._peers.update(nodes.peers(self._database, self._node_id, alive_within))
+
+    def calibrate(self) -> None:
+        """Read the database clock, which this node schedules by; warn when this host's
+        own clock is off from it (once, until it is back)."""
+        before = time.monotonic()
+        database_time = self._database.read_clock()
+        offset = self._clock.calibrate(before, database_time, time.monotonic())
+        skewed = abs(offset) > SKEW_WARNING
+        if skewed and not self._skewed:
+            self._log.warning(
+                "clock_skew",
+                offset_s=round(offset.total_seconds(), 3),
+                host_time=datetime.now(UTC).isoformat(),
+            )
+        self._skewed = skewed

@@ -1,0 +1,26 @@
+"""The run path: what one node does with the periods it won, from claim to outcome.
+
+The threads hand a run along like this (one `ActiveRun` per claim, kept by the
+dispatcher until its outcome is settled):
+
+    daemon loop / recovery / catch-up / requests
+        │ Dispatcher.submit(claim)              phase WAITING; the lease watch learns
+        ▼                                        until when the lease is surely ours
+    starter thread ── store.writes.start ──▶ marks a batch running, one statement,
+        │ hands each run to an idle worker       as many as there are idle workers
+        ▼
+    worker thread (`run_*`) ── Executor.call ──▶ thread, event loop or child process
+        │ Outcome                                phase RUNNING, then RECORDING
+        ▼
+    outcome writer thread ── store.writes.finish ──▶ outcomes that arrive together,
+        │ Settled (WRITTEN / REFUSED / LOST)        fenced, one statement
+        ▼
+    Dispatcher._recorded: logs how the run ended, ends the ActiveRun, starts the
+    job's next waiting period
+
+    heartbeat thread ── store.renewals ──▶ Dispatcher.renewed: deadlines forward
+    lease watch thread ── deadline passed ──▶ Dispatcher.lose: cancel, kill the child
+
+A remote executor plugs in at `executors.Executor`: the fence, the lease and the
+outcome writer stay where they are.
+"""

@@ -1,0 +1,40 @@
+"""A run this node holds, and the phase it is in.
+
+WAITING: claimed, not started (queued behind an earlier period, or for a worker).
+RUNNING: its function is being called. RECORDING: the function returned; its outcome is
+with the outcome writer. LINGERING: it timed out in its thread and still runs there.
+ABANDONED: given back (the node drains, or it never started).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import Enum
+from multiprocessing.process import BaseProcess
+
+from scheduler.model import Claim
+from scheduler.run.context import RunContext
+
+
+class Phase(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    RECORDING = "recording"
+    LINGERING = "lingering"
+    ABANDONED = "abandoned"
+
+
+@dataclass
+class ActiveRun:
+    claim: Claim
+    context: RunContext
+    # Its job's overlap is not `allow`: it starts only once no earlier period is active.
+    in_turn: bool
+    # Resolves when the run is over, whether it ran here or was abandoned.
+    future: Future[None] = field(default_factory=Future)
+    # Handed to the starter (False while it waits behind an earlier period).
+    launched: bool = False
+    phase: Phase = Phase.WAITING
+    lost: bool = False
+    child: BaseProcess | None = None

@@ -1,0 +1,94 @@
+"""The child-process side of `isolation="process"`: a fresh interpreter imports the
+job's module, rebuilds the run's context, calls the job and sends its failure back.
+
+A child never outlives its node: it watches a pipe whose other end only the node holds,
+and leaves at once when the node is gone (SIGKILL included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import threading
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from multiprocessing.connection import Connection
+
+from scheduler import logs
+from scheduler.logs import LogFormat
+from scheduler.model import Claim
+from scheduler.registry import Job
+from scheduler.run.calling import call, call_async
+from scheduler.run.context import RunContext
+from scheduler.run.items import RunItems
+from scheduler.states import Origin
+from scheduler.store.database import open_database
+
+# The exit status of a child that found its node gone.
+ORPHANED_EXIT = 70
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What a child process needs to find the job and rebuild its context."""
+
+    module: str
+    job: str
+    period: datetime
+    run_id: str
+    attempt: int
+    node: str
+    origin: Origin
+    log_settings: tuple[LogFormat, str]
+    # For ctx.once/item/checkpoint: the child opens its own engine on this database.
+    claim: Claim | None = None
+    database_url: str | None = None
+
+
+def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> None:
+    """Entry point of the child: import the job's module, call it, send back the outcome."""
+    # Ctrl-C reaches the whole process group; the node decides when its children stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_leave_with_node, args=(lifeline,), daemon=True).start()
+    logs.configure(*payload.log_settings)
+    module = importlib.import_module(payload.module)
+    job = next(
+        candidate
+        for candidate in vars(module).values()
+        if isinstance(candidate, Job) and candidate.name == payload.job
+    )
+    context = RunContext(
+        job=payload.job,
+        period=payload.period,
+        run_id=payload.run_id,
+        attempt=payload.attempt,
+        node=payload.node,
+        origin=payload.origin,
+        log=logs.get_logger(
+            job=payload.job,
+            period=payload.period.isoformat(),
+            run_id=payload.run_id,
+            attempt=payload.attempt,
+            node=payload.node,
+        ),
+        run_items=_child_items(payload),
+    )
+    outcome = asyncio.run(call_async(job, context)) if job.is_async else call(job, context)
+    sender.send(outcome.failure)
+    sender.close()
+
+
+def _leave_with_node(lifeline: Connection) -> None:
+    """Block until the node's end of the pipe closes (the node is gone), then leave."""
+    with suppress(EOFError, OSError):
+        lifeline.recv_bytes()
+    os._exit(ORPHANED_EXIT)
+
+
+def _child_items(payload: ChildRun) -> RunItems | None:
+    if payload.claim is None or payload.database_url is None:
+        return None
+    return RunItems(open_database(payload.database_url, connections=2), payload.claim)

@@ -1,0 +1,456 @@
+"""The runs this node holds, from claim to outcome.
+
+`submit` takes a claim in and keeps it as an `ActiveRun` until its outcome is settled;
+runs of a job whose overlap is not `allow` wait here behind the job's earlier period.
+The threads around it (see `scheduler/run/__init__.py` for the drawing):
+
+- the starter marks waiting runs running in one statement as workers free up, and hands
+  each to a worker; a run it could not start (not its turn, lost, a fault) is handed
+  over all the same and starts itself the slow way, waiting and retrying;
+- a worker calls the function on the job's executor and hands the outcome to the
+  outcome writer, then takes the next run;
+- the outcome writer writes outcomes together and calls back `_recorded`, which logs
+  how the run ended and ends it here (starting the next waiting period of its job);
+- the lease watch gives a run up when its holder's deadline passes (`lose`); the
+  heartbeat's renewals push those deadlines forward (`renewed`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime
+from functools import partial
+from multiprocessing.process import BaseProcess
+from typing import TypeVar
+
+from structlog.typing import FilteringBoundLogger
+
+from scheduler import metrics
+from scheduler.model import Claim, Finish, Held, RunKey, Started, StartRequest
+from scheduler.policy import Overlap
+from scheduler.registry import Job
+from scheduler.run import outcomes
+from scheduler.run.active import ActiveRun, Phase
+from scheduler.run.context import RunContext
+from scheduler.run.executors import Executors
+from scheduler.run.failures import Outcome
+from scheduler.run.items import RunItems
+from scheduler.run.leases import LeaseWatch, valid_until
+from scheduler.run.starter import Starter
+from scheduler.run.writer import RunWriter, Settled
+from scheduler.states import Reason, RunStatus
+from scheduler.store import writes
+from scheduler.store.database import Database
+from scheduler.supervision import persist
+
+QUEUE_POLL_S = 0.25
+# Another node may retry a run given back at shutdown this long after the write, by
+# which time this process, whose thread may still be inside the job, has exited.
+ABANDON_RETRY_S = 1.0
+# How long a draining node waits, after its grace, for outcomes already with the writer.
+OUTCOME_FLUSH_S = 15.0
+# Runs ended here in the last while: a renewal that read them just before they ended
+# must not take them for strays.
+RECENT_S = 60.0
+T = TypeVar("T")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        database: Database,
+        jobs: Mapping[str, Job],
+        node_id: str,
+        workers: int,
+        log: FilteringBoundLogger,
+    ) -> None:
+        self._database = database
+        self._jobs = jobs
+        self._node_id = node_id
+        self._log = log
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
+        self._executors = Executors(jobs.values())
+        self._active: dict[RunKey, ActiveRun] = {}
+        self._recent: dict[RunKey, float] = {}
+        # Runs whose outcome is written with no retry to come (a lingering one may still
+        # be in its function): nothing more will happen to their period here.
+        self._settled: set[RunKey] = set()
+        # Jobs with a run in turn (overlap not `allow`) launched here; their later
+        # periods (a catch-up backlog, retries) wait in `_waiting`, earliest first.
+        self._busy: set[str] = set()
+        self._waiting: dict[str, list[tuple[datetime, RunKey]]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._closing = threading.Event()
+        self._leases = LeaseWatch(self.lose)
+        self._writer = RunWriter(database, self._closing, log)
+        self._starter: Starter[ActiveRun] = Starter(workers, self._start_batch, self._hand, log)
+
+    # -- taking runs in --------------------------------------------------------------
+
+    def submit(self, claim: Claim) -> Future[None]:
+        """Run a claim this node holds; submitting one it already runs changes nothing."""
+        with self._lock:
+            known = self._active.get(claim.key)
+            if known is not None:
+                return known.future
+        log = self._log.bind(
+            job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
+        )
+        context = RunContext(
+            job=claim.job,
+            period=claim.period,
+            run_id=claim.id,
+            attempt=claim.attempt,
+            node=self._node_id,
+            origin=claim.origin,
+            log=log,
+            run_items=RunItems(self._database, claim),
+        )
+        in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
+        active = ActiveRun(claim, context, in_turn)
+        if self._stopping.is_set():
+            # Claimed by a side thread while the node drains: give it straight back.
+            self._give_back_unstarted(active)
+            active.future.set_result(None)
+            return active.future
+        with self._lock:
+            if claim.key in self._active:
+                return self._active[claim.key].future
+            self._active[claim.key] = active
+            self._leases.watch(claim.key, valid_until(claim.lease_from, claim.lease_seconds))
+            if in_turn and claim.job in self._busy:
+                heapq.heappush(self._waiting.setdefault(claim.job, []), (claim.period, claim.key))
+            else:
+                if in_turn:
+                    self._busy.add(claim.job)
+                self._launch(active)
+        return active.future
+
+    def _launch(self, active: ActiveRun) -> None:
+        active.launched = True
+        self._starter.add(active)
+
+    def _start_batch(self, batch: Sequence[ActiveRun]) -> list[bool]:
+        """Mark runs running together, as workers free up; those not started here (not
+        their turn, lost, a database fault, a node that drains) take the slow way."""
+        if self._stopping.is_set():
+            return [False] * len(batch)
+        sent = time.monotonic()
+        try:
+            started = self._writer.start_many([StartRequest(a.claim, a.in_turn) for a in batch])
+        except Exception:  # noqa: BLE001 - any fault here leaves the run to the slow path
+            return [False] * len(batch)
+        for active, result in zip(batch, started, strict=True):
+            if result is Started.STARTED:
+                self._extend(active, sent)
+        return [result is Started.STARTED for result in started]
+
+    def _hand(self, active: ActiveRun, started: bool) -> None:
+        try:
+            self._pool.submit(self._run, active, started)
+        except RuntimeError:  # the pool is shut down: drain gives the run back
+            self._starter.release()
+
+    # -- running them ----------------------------------------------------------------
+
+    def _run(self, active: ActiveRun, started: bool) -> None:
+        handed_over = False
+        try:
+            handed_over = self._execute(active, started)
+        except Exception:  # a pool thread would swallow it silently; make it seen
+            active.context.log.exception("dispatch_crashed")
+        finally:
+            if not handed_over:
+                self._done(active)
+            self._starter.release()
+
+    def _execute(self, active: ActiveRun, started_already: bool) -> bool:
+        """Run one claim. True: the run goes on elsewhere (it went back to wait behind an
+        earlier period, or its outcome is with the writer, which ends it); False: it is
+        over here."""
+        claim, context = active.claim, active.context
+        job = self._jobs[claim.job]
+        if not started_already:
+            started = self._wait_and_start(active)
+            if started is Started.WAIT:  # gave its thread to an earlier period of its job
+                return True
+            if started is not Started.STARTED:
+                return False
+        with self._lock:
+            if active.phase is not Phase.WAITING:  # given back meanwhile
+                return False
+            active.phase = Phase.RUNNING
+        context.log.info("run_started", origin=claim.origin.value)
+        metrics.record_start(claim.job, claim.period)
+        began = time.monotonic()
+        outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))
+        duration_ms = round((time.monotonic() - began) * 1000)
+        with self._lock:
+            if active.phase is not Phase.RUNNING:  # abandoned at the end of a drain
+                return False
+            active.phase = Phase.LINGERING if outcome.lingering else Phase.RECORDING
+        if outcome.lingering is None:
+            self._leases.forget(claim.key)  # nothing of it runs any more to be stopped
+        written = outcomes.finish(claim, job.policy, outcome, duration_ms)
+        self._writer.finish_later(written, partial(self._recorded, active, written, outcome))
+        return True
+
+    def _wait_and_start(self, active: ActiveRun) -> Started:
+        """Start once no earlier period of the job is active, unless its overlap is `allow`.
+
+        WAIT: an earlier period of the job arrived here meanwhile (say, retaken from a
+        dead node) and took this thread; this claim waits behind it instead of blocking it.
+        LOST: not ours any more, or given back because the node drains.
+        """
+        claim, context = active.claim, active.context
+        while True:
+            if self._stopping.is_set():
+                # A run that has not started does not start once the node is draining.
+                self._give_back_unstarted(active)
+                return Started.LOST
+            sent = time.monotonic()
+            started = self._persist(
+                active, partial(self._writer.start_one, claim, in_turn=active.in_turn), Started.LOST
+            )
+            if started is Started.STARTED:
+                self._extend(active, sent)
+                return started
+            if started is Started.LOST:
+                if not self._stopping.is_set():
+                    context.log.warning("run_outcome_refused", stage="start")
+                return started
+            if self._give_way(claim):
+                return Started.WAIT
+            if context.cancelled.wait(QUEUE_POLL_S):
+                return Started.LOST
+
+    def _give_way(self, claim: Claim) -> bool:
+        """Swap a waiting claim for an earlier period of the same job waiting on this node."""
+        with self._lock:
+            waiting = self._waiting.get(claim.job)
+            if not waiting or waiting[0][0] >= claim.period or self._stopping.is_set():
+                return False
+            _, earlier = heapq.heapreplace(waiting, (claim.period, claim.key))
+            self._active[claim.key].launched = False
+            self._launch(self._active[earlier])
+            return True
+
+    def _attach(self, active: ActiveRun, child: BaseProcess) -> None:
+        """The run's child process exists: kill it at once if the run was lost meanwhile."""
+        with self._lock:
+            active.child = child
+            doomed = active.lost or active.phase is Phase.ABANDONED
+        if doomed:
+            _kill(child)
+
+    def _recorded(
+        self, active: ActiveRun, written: Finish, outcome: Outcome, settled: Settled
+    ) -> None:
+        """The writer settled the outcome: say how the run ended, then end it here (a
+        lingering one once its thread ends)."""
+        if settled is Settled.WRITTEN and written.retry_in is None:
+            with self._lock:
+                self._settled.add(active.claim.key)
+        try:
+            outcomes.report(active.context.log, written, outcome, settled)
+        finally:
+            if outcome.lingering is not None and settled is Settled.WRITTEN:
+                threading.Thread(
+                    target=self._outlast, args=(active, outcome), name="lingering", daemon=True
+                ).start()
+            else:
+                self._done(active)
+
+    def _outlast(self, active: ActiveRun, outcome: Outcome) -> None:
+        """Wait for a timed-out function to return in its thread, then let its retry go."""
+        assert outcome.lingering is not None
+        outcome.lingering.join()
+        try:
+            self._persist(active, partial(writes.release, self._database, active.claim), False)
+        finally:
+            self._done(active)
+
+    def _done(self, active: ActiveRun) -> None:
+        """Forget a finished run and start the next waiting period of its job, if any."""
+        job = active.claim.job
+        self._leases.forget(active.claim.key)
+        with self._lock:
+            self._active.pop(active.claim.key, None)
+            self._recent[active.claim.key] = time.monotonic()
+            waiting = self._waiting.get(job)
+            if active.in_turn and waiting and not self._stopping.is_set():
+                _, key = heapq.heappop(waiting)
+                self._launch(self._active[key])
+            elif active.in_turn:
+                self._busy.discard(job)
+        if not active.future.done():
+            active.future.set_result(None)
+
+    # -- leases ----------------------------------------------------------------------
+
+    def held(self) -> list[Claim]:
+        with self._lock:
+            return [active.claim for active in self._active.values()]
+
+    def settled(self, key: RunKey) -> bool:
+        """Whether the run's outcome is written and no retry is to come, even if its
+        function still lingers in its thread past a timeout."""
+        with self._lock:
+            return key in self._settled
+
+    def _extend(self, active: ActiveRun, lease_from: float) -> None:
+        """The database pushed this run's lease forward after `lease_from`."""
+        self._leases.extend(active.claim.key, valid_until(lease_from, active.claim.lease_seconds))
+
+    def renewed(self, held: Sequence[Held], sent: float) -> None:
+        """A renewal sent at `sent` found these rows in this node's name: push their
+        deadlines forward, give up the runs it did not find, and settle the rows this
+        node did not know it held (a claim or start whose reply was lost)."""
+        found = {row.key: row for row in held}
+        lost: list[RunKey] = []
+        with self._lock:
+            for key, active in self._active.items():
+                if key in found:
+                    self._extend(active, sent)
+                elif active.claim.lease_from < sent and active.phase in (
+                    Phase.WAITING,
+                    Phase.RUNNING,
+                ):
+                    lost.append(key)
+            now = time.monotonic()
+            self._recent = {k: t for k, t in self._recent.items() if now - t < RECENT_S}
+            strays = [
+                row
+                for key, row in found.items()
+                if key not in self._active and key not in self._recent
+            ]
+        for key in lost:
+            self.lose(key)
+        for row in strays:
+            self._settle_stray(row, sent)
+
+    def _settle_stray(self, row: Held, sent: float) -> None:
+        """A row in this node's name that nothing here runs: a claim is run; a start is
+        given back to be retried; a lingering timeout's lease is dropped."""
+        claim = row.as_claim(self._node_id, sent)
+        log = self._log.bind(job=row.job, period=row.period.isoformat(), run_id=row.id)
+        log.info("run_adopted", attempt=row.attempt, status=row.status.value)
+        if row.status is RunStatus.CLAIMED:
+            self.submit(claim)
+            return
+        if row.status is RunStatus.RUNNING:
+            write = partial(self._writer.finish_now, outcomes.abandon(claim, 0.0))
+        else:
+            write = partial(writes.release, self._database, claim)
+        persist(write, log=log, closing=self._closing, default=False)
+
+    def lose_all(self) -> None:
+        """Every lease may be gone (the node's liveness lock is): give every run up."""
+        with self._lock:
+            keys = list(self._active)
+        for key in keys:
+            self.lose(key)
+
+    def lose(self, key: RunKey) -> None:
+        """The lease is gone, or may be gone by now: the job must stop; its child process is
+        killed, its items and checkpoints refused, and its outcome write will be refused.
+        A run whose function has returned has nothing left to stop."""
+        with self._lock:
+            active = self._active.get(key)
+            if active is None or active.lost or active.phase is Phase.RECORDING:
+                return
+            active.lost = True
+            child = active.child
+        if active.context.run_items is not None:
+            active.context.run_items.lose()
+        active.context.cancelled.set()
+        if child is not None:
+            _kill(child)
+        active.context.log.warning("lease_lost")
+        metrics.record_lease_lost(active.claim.job)
+
+    # -- shutdown --------------------------------------------------------------------
+
+    def drain(self, grace: float, before_giving_back: Callable[[], None] | None = None) -> int:
+        """Let running jobs finish within `grace` seconds while their leases are still
+        renewed; then give back what still runs. Returns how many runs were given back.
+
+        Runs that have not started never start now and are given back at once. A
+        function that returned inside the grace keeps its outcome, however long the
+        writer takes to land it. After the grace, child processes are killed before
+        anything is given back; `before_giving_back` runs then (the daemon stops its
+        heartbeat and marks itself stopped), and the give-back writes are the last.
+        """
+        self._stopping.set()
+        with self._lock:
+            unlaunched = [a for a in self._active.values() if not a.launched]
+        for active in unlaunched:
+            self._give_back_unstarted(active)
+            self._done(active)
+        with self._lock:
+            pending = [active.future for active in self._active.values()]
+        wait(pending, timeout=grace)
+        with self._lock:
+            still = [a for a in self._active.values() if a.phase is Phase.RUNNING]
+            for active in still:
+                active.phase = Phase.ABANDONED
+            lingering = [a for a in self._active.values() if a.phase is Phase.LINGERING]
+            recording = [a.future for a in self._active.values() if a.phase is Phase.RECORDING]
+        for active in still:
+            active.context.cancelled.set()
+            if active.child is not None:
+                _kill(active.child)
+        self._closing.set()
+        wait(recording, timeout=OUTCOME_FLUSH_S)
+        if before_giving_back is not None:
+            before_giving_back()
+        given_back = [active for active in still if self._give_back(active)]
+        for active in lingering:
+            release = partial(writes.release, self._database, active.claim, after=ABANDON_RETRY_S)
+            self._persist(active, release, False)
+        self._close()
+        return len(given_back) + sum(1 for active in unlaunched if active.phase is Phase.ABANDONED)
+
+    def _give_back_unstarted(self, active: ActiveRun) -> None:
+        """Give back a run that never started here: it may be retried at once, and no
+        attempt is counted against it. Fenced on `claimed`, so that a start that landed
+        meanwhile keeps the run (its worker runs it). The caller ends the run here."""
+        abandon = outcomes.abandon(active.claim, 0.0, waiting_only=True)
+        if self._persist(active, partial(self._writer.finish_now, abandon), False):
+            with self._lock:
+                active.phase = Phase.ABANDONED
+            active.context.cancelled.set()
+            active.context.log.info("run_given_back", reason=Reason.SHUTDOWN.value)
+
+    def _give_back(self, active: ActiveRun) -> bool:
+        """Give back a run whose function still ran when the grace ended."""
+        abandon = outcomes.abandon(active.claim, ABANDON_RETRY_S)
+        written = self._persist(active, partial(self._writer.finish_now, abandon), False)
+        if written:
+            active.context.log.warning("run_abandoned", reason=Reason.SHUTDOWN.value)
+            metrics.record_finish(active.claim.job, RunStatus.ABANDONED, None)
+        if not active.future.done():
+            active.future.set_result(None)
+        return written
+
+    def _close(self) -> None:
+        self._starter.close()
+        self._writer.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._executors.close()
+
+    def _persist(self, active: ActiveRun, write: Callable[[], T], default: T) -> T:
+        """A write this run owes the database, retried through faults (`persist`)."""
+        return persist(write, log=active.context.log, closing=self._closing, default=default)
+
+
+def _kill(child: BaseProcess) -> None:
+    """Kill a run's child process and wait for it to be gone."""
+    if child.is_alive():
+        child.kill()
+    child.join(timeout=5)

@@ -1,0 +1,188 @@
+"""Where a job's function is called: the seam between the run path and the work.
+
+An executor calls a job's function once under its timeout and says how it ended; the
+job's errors never escape it. Three ship today:
+
+- `ThreadExecutor`: plain functions, on the worker thread (or a helper thread when there
+  is a timeout). A thread cannot be killed: a function that outlives its timeout is
+  recorded `timed_out`, told to stop through `ctx.cancelled`, and left to return on its
+  own; the outcome says it still runs (`lingering`), so that its retry waits for it.
+- `AsyncExecutor`: coroutine functions, on one event loop thread for the node.
+- `ProcessExecutor`: `isolation="process"`, a fresh interpreter the node can kill
+  (`run/child.py` is the other side). Use it for work that must really stop.
+
+A remote executor (a task queue) plugs in by the same contract: honour the timeout,
+stop when `context.cancelled` is set, report a child it can kill through `attach`, and
+say `lingering` when the work may go on after `call` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Protocol
+
+from scheduler import logs
+from scheduler.model import Failure
+from scheduler.policy import Isolation
+from scheduler.registry import Job
+from scheduler.run.calling import bound, call
+from scheduler.run.child import ChildRun, child_main
+from scheduler.run.context import RunContext
+from scheduler.run.failures import SUCCEEDED, Outcome, failed, timed_out
+from scheduler.states import RunStatus
+
+CHILD_POLL_S = 0.1
+# Told about the child process of a run as soon as it exists, so that the dispatcher
+# can kill it itself when the run is lost.
+Attach = Callable[[BaseProcess], None]
+
+
+class Executor(Protocol):
+    def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
+        """Call the job once and say how it ended."""
+
+    def close(self) -> None:
+        """The node is closing: release what the executor holds."""
+
+
+def timeout_of(job: Job) -> float | None:
+    return job.policy.timeout.total_seconds() if job.policy.timeout else None
+
+
+class ThreadExecutor:
+    def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
+        timeout = timeout_of(job)
+        if timeout is None:
+            return call(job, context)
+        # In a helper thread, so that the caller can stop waiting at the deadline.
+        result: list[Outcome] = []
+        runner = threading.Thread(
+            target=lambda: result.append(call(job, context)), name=f"job:{job.name}", daemon=True
+        )
+        runner.start()
+        runner.join(timeout)
+        if runner.is_alive():
+            context.cancelled.set()
+            return Outcome(RunStatus.TIMED_OUT, timed_out(timeout).failure, lingering=runner)
+        return result[0]
+
+    def close(self) -> None:
+        pass
+
+
+class AsyncExecutor:
+    """One event loop in its own thread; the worker thread waits for its coroutine."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="coroutines", daemon=True).start()
+
+    def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
+        timeout = timeout_of(job)
+        future = asyncio.run_coroutine_threadsafe(bound(job, context), self._loop)
+        try:
+            future.result(timeout)
+        except TimeoutError:
+            context.cancelled.set()
+            future.cancel()
+            return timed_out(timeout)
+        except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
+            return failed(error)
+        return SUCCEEDED
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+class ProcessExecutor:
+    """A spawned child per run; killed at the deadline or when the run is cancelled."""
+
+    def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
+        spawn = multiprocessing.get_context("spawn")
+        receiver, sender = spawn.Pipe(duplex=False)
+        # Only this process holds `lifeline`'s writing end: when it dies, the child reads EOF.
+        watched, lifeline = spawn.Pipe(duplex=False)
+        items = context.run_items
+        payload = ChildRun(
+            module=job.func.__module__,
+            job=job.name,
+            period=context.period,
+            run_id=context.run_id,
+            attempt=context.attempt,
+            node=context.node,
+            origin=context.origin,
+            log_settings=logs.current(),
+            claim=items.claim if items else None,
+            database_url=(
+                items.database.engine.url.render_as_string(hide_password=False) if items else None
+            ),
+        )
+        child = spawn.Process(
+            target=child_main, args=(payload, sender, watched), name=f"job:{job.name}"
+        )
+        child.start()
+        sender.close()
+        watched.close()
+        try:
+            attach(child)
+            return _watch_child(child, receiver, context, timeout_of(job))
+        finally:
+            lifeline.close()
+
+    def close(self) -> None:
+        pass
+
+
+def _watch_child(
+    child: BaseProcess, receiver: Connection, context: RunContext, timeout: float | None
+) -> Outcome:
+    waited = 0.0
+    while child.is_alive():
+        child.join(CHILD_POLL_S)
+        waited += CHILD_POLL_S
+        if timeout is not None and waited >= timeout:
+            child.kill()
+            child.join()
+            context.cancelled.set()
+            return timed_out(timeout)
+        if context.cancelled.is_set():
+            child.kill()
+            child.join()
+            return Outcome(RunStatus.FAILED, Failure("Cancelled", "the run was cancelled", ""))
+    if receiver.poll():
+        failure = receiver.recv()
+        return SUCCEEDED if failure is None else Outcome(RunStatus.FAILED, failure)
+    return Outcome(
+        RunStatus.FAILED,
+        Failure(
+            "ChildProcessError", f"the job's process ended with exit code {child.exitcode}", ""
+        ),
+    )
+
+
+class Executors:
+    """The executor of each job, by its isolation and kind; an event loop only when some
+    job needs one."""
+
+    def __init__(self, jobs: Iterable[Job]) -> None:
+        self._thread = ThreadExecutor()
+        self._process = ProcessExecutor()
+        self._async = AsyncExecutor() if any(job.is_async for job in jobs) else None
+
+    def for_job(self, job: Job) -> Executor:
+        if job.policy.isolation is Isolation.PROCESS:
+            return self._process
+        if job.is_async:
+            assert self._async is not None, "coroutine jobs need the event loop"
+            return self._async
+        return self._thread
+
+    def close(self) -> None:
+        for executor in (self._thread, self._process, self._async):
+            if executor is not None:
+                executor.close()

@@ -1,0 +1,159 @@
+"""The start and finish writes of the runs a node holds, sent together.
+
+Starts: the Starter sends a batch with `start_many`; a run that starts itself (the slow
+path) waits for its own answer, but such starts at the same moment travel together
+(group commit). Outcomes: the worker thread hands the outcome over and moves on to the
+next run; one writer thread sends the outcomes that arrive within OUTCOME_LINGER_S of
+each other in one statement, retries through database faults, and tells each run how
+its outcome was settled. A burst of short runs so costs a statement per batch, not two
+transactions a run, and no worker waits on a commit after its job has returned.
+
+The writer thread outlives any fault: a lost connection or a pool that ran dry is
+retried, a row the database refuses is written alone (and given up alone), and a bug
+in one callback is logged. Once the node is closing it no longer lingers.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from enum import Enum
+
+from structlog.typing import FilteringBoundLogger
+
+from scheduler.model import Claim, Finish, Started, StartRequest
+from scheduler.run.groupcommit import MAX_BATCH, GroupCommit
+from scheduler.store import writes
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError, StoreRejectedError
+from scheduler.supervision import Backoff, Worker
+
+# The outcome writer waits this long after the first outcome for others to join it:
+# when many runs end together, fewer and larger statements leave more of the machine to
+# the starts of the runs still queued (bench c measures it). A run ends (its
+# successor may start) that much later, far below any period.
+OUTCOME_LINGER_S = 0.05
+
+
+class Settled(Enum):
+    """How an outcome write ended."""
+
+    WRITTEN = "written"  # the database has it
+    REFUSED = "refused"  # the fence refused it: the run is no longer this attempt's
+    LOST = "lost"  # given up: the node closes and the database stays away, or it is refused
+
+
+# Told, once per outcome, how its write was settled (on the writer thread).
+Then = Callable[[Settled], None]
+
+
+def refused_data(error: Exception) -> bool:
+    """A failure that one request's data may have caused, not the connection."""
+    return isinstance(error, StoreRejectedError)
+
+
+class RunWriter(Worker):
+    def __init__(
+        self, database: Database, closing: threading.Event, log: FilteringBoundLogger
+    ) -> None:
+        super().__init__("outcomes", log)
+        self._database = database
+        self._closing = closing
+        self._starts: GroupCommit[StartRequest, Started] = GroupCommit(
+            self._write_starts, isolate=refused_data
+        )
+        self._outcomes: queue.SimpleQueue[tuple[Finish, Then] | None] = queue.SimpleQueue()
+        self.start()
+
+    def start_one(self, claim: Claim, *, in_turn: bool) -> Started:
+        """Mark the run running if it is ours (and, `in_turn`, its turn)."""
+        return self._starts.submit(StartRequest(claim, in_turn))
+
+    def start_many(self, requests: Sequence[StartRequest]) -> list[Started]:
+        """Mark many runs running in one statement, each on its own fence."""
+        return self._write_starts(requests)
+
+    def finish_now(self, outcome: Finish) -> bool:
+        """Record an outcome and wait for it; False when the fence refused it."""
+        (applied,), _ = writes.record(self._database, [outcome], [])
+        return applied
+
+    def finish_later(self, outcome: Finish, then: Then) -> None:
+        """Queue an outcome; `then` runs on the writer thread once it is settled."""
+        self._outcomes.put((outcome, then))
+
+    def close(self) -> None:
+        """Stop the writer thread once what is queued is settled."""
+        self._outcomes.put(None)
+
+    def _write_starts(self, requests: Sequence[StartRequest]) -> list[Started]:
+        _, started = writes.record(self._database, [], requests)
+        return started
+
+    def serve_one(self) -> bool:
+        first = self._outcomes.get()
+        if first is None:
+            return False
+        batch = [first]
+        linger = 0.0 if self._closing.is_set() else OUTCOME_LINGER_S
+        deadline = time.monotonic() + linger
+        while len(batch) < MAX_BATCH:
+            wait = deadline - time.monotonic()
+            try:
+                more = self._outcomes.get(timeout=wait) if wait > 0 else self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                self._outcomes.put(None)  # stop after this batch
+                break
+            batch.append(more)
+        try:
+            self._settle(batch)
+        except Exception:
+            for _, then in batch:
+                self._call(then, Settled.LOST)
+            raise
+        return True
+
+    def _settle(self, batch: list[tuple[Finish, Then]]) -> None:
+        """Write a batch until it lands; split it when one row may be at fault."""
+        backoff = Backoff(self._closing)
+        while True:
+            try:
+                applied, _ = writes.record(self._database, [outcome for outcome, _ in batch], [])
+            except StoreError as error:
+                if refused_data(error) and len(batch) > 1:
+                    for one in batch:
+                        self._settle([one])
+                    return
+                if refused_data(error) or backoff.exhausted:
+                    for outcome, then in batch:
+                        self._log.error(
+                            "run_outcome_lost",
+                            job=outcome.claim.job,
+                            period=outcome.claim.period.isoformat(),
+                            run_id=outcome.claim.id,
+                            attempt=outcome.claim.attempt,
+                            error=error.message,
+                        )
+                        self._call(then, Settled.LOST)
+                    return
+                self._log.warning(
+                    "database_unavailable",
+                    error=error.message,
+                    retry_in=backoff.delay,
+                    outcomes=len(batch),
+                )
+                backoff.sleep()
+                continue
+            for (_, then), written in zip(batch, applied, strict=True):
+                self._call(then, Settled.WRITTEN if written else Settled.REFUSED)
+            return
+
+    def _call(self, then: Then, settled: Settled) -> None:
+        try:
+            then(settled)
+        except Exception:  # noqa: BLE001 - this thread must outlive a bug in one callback
+            self._log.exception("dispatch_crashed")

@@ -1,0 +1,350 @@
+"""Claiming periods: one INSERT … ON CONFLICT DO NOTHING per chunk of due periods.
+
+The primary key (job, period) decides who owns a period: a row comes back only for the
+periods nobody held, so losing is silent. The same statement records a period as
+`skipped` when its job is paused or occupied (see `store.fence`); each period is judged
+against the runs outside its own batch, so a backlog claimed together is not skipped
+because of its own neighbours. Periods ahead of the database clock are not claimed.
+
+Two forms of the insert: with `Database.arrays` the periods travel as one array a
+column and the statement is parsed and planned once whatever the batch size; otherwise
+an executemany of one row a statement in one transaction, each row's overlap judged by
+its own subquery.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    tuple_,
+)
+
+from scheduler.model import FUTURE_TOLERANCE, Claim, ClaimResult, Due
+from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store.database import Database
+from scheduler.store.fence import OCCUPYING_SQL, lock_jobs, occupying
+from scheduler.store.schema import jobs, runs
+
+# Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
+JOBS_PER_TRANSACTION = 500
+_other = runs.alias("other")
+
+
+def claim(
+    database: Database,
+    due: Sequence[Due],
+    holder: str,
+    committed: Callable[[ClaimResult], None] | None = None,
+    *,
+    adopt: bool = False,
+) -> ClaimResult:
+    """Claim many periods at once; return the ones this node won, and those it skipped.
+
+    One `INSERT … ON CONFLICT (job, period) DO NOTHING RETURNING` per chunk (on
+    PostgreSQL the periods travel as arrays; SQLite takes a row at a time): a row comes
+    back only for the periods nobody held, so losing is silent. A period whose job is
+    still running elsewhere is inserted as `skipped` (reason overlap) by the same
+    statement; that check is serialised per job by transaction-scoped advisory locks, so
+    no lock outlives the statement and nothing depends on a session. Each period is
+    judged against the runs outside its own batch, so a backlog claimed together (after
+    a stall) is not skipped because of its own neighbours; the dispatcher then runs it
+    one period at a time. A period ahead of the database clock (beyond
+    FUTURE_TOLERANCE) is not claimed but returned in `early`.
+
+    `adopt`, for a claim tried again after a fault: periods this holder already claimed
+    (the commit landed but its reply was lost) are returned as won, not as lost.
+    """
+    result = ClaimResult([], [])
+    chunks = list(_chunks_by_job(due))
+    # Every node cuts the same chunks but takes them in an order of its own, so that
+    # replicas claiming one big batch win different chunks side by side instead of
+    # queueing behind whichever node locked the first chunk (which then won them all).
+    # `committed` hears of each chunk's claims once they are committed, so that a caller
+    # can run them even when a later chunk fails.
+    for chunk in random.sample(chunks, len(chunks)):
+        part = ClaimResult([], [])
+        sent = time.monotonic()
+        with database.guarded() as guarded:
+            connection = guarded.connection
+            if any(item.overlap_limit is not None for item in chunk):
+                lock_jobs(database, connection, {item.job for item in chunk})
+            horizon = guarded.began + FUTURE_TOLERANCE
+            ready = [item for item in chunk if item.period <= horizon]
+            part.early.extend(item for item in chunk if item.period > horizon)
+            # Adopted rows belong to this batch: the others are not judged against them.
+            if adopt:
+                _adopt(database, connection, ready, holder, sent=sent, result=part)
+            mine = {(claim.job, claim.period) for claim in part.won}
+            fresh = [item for item in ready if (item.job, item.period) not in mine]
+            ours = [claim.id for claim in part.won]
+            if database.arrays:
+                _insert_claims_postgres(
+                    connection, fresh, holder, sent=sent, result=part, ours=ours
+                )
+            else:
+                for group in _statement_groups(fresh):
+                    _insert_claims(
+                        database, connection, group, holder, sent=sent, result=part, ours=ours
+                    )
+        result.won.extend(part.won)
+        result.skipped.extend(part.skipped)
+        result.reasons.update(part.reasons)
+        result.early.extend(part.early)
+        if committed is not None:
+            committed(part)
+    return result
+
+
+def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """Split a batch so that no transaction locks more than JOBS_PER_TRANSACTION jobs."""
+    chunk: list[Due] = []
+    jobs: set[str] = set()
+    for item in sorted(due, key=lambda item: (item.job, item.period)):
+        if item.job not in jobs and len(jobs) >= JOBS_PER_TRANSACTION:
+            yield chunk
+            chunk, jobs = [], set()
+        chunk.append(item)
+        jobs.add(item.job)
+    if chunk:
+        yield chunk
+
+
+def _statement_groups(due: Sequence[Due]) -> Iterator[list[Due]]:
+    """SQLite rows that share one statement shape: with or without the overlap check,
+    and the same lease length (SQLite's lease is a value computed here)."""
+    groups: dict[tuple[bool, float], list[Due]] = {}
+    for item in due:
+        groups.setdefault((item.overlap_limit is None, item.lease_seconds), []).append(item)
+    yield from groups.values()
+
+
+def _insert_claims(
+    database: Database,
+    connection: Connection,
+    due: list[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+    ours: Sequence[str] = (),
+) -> None:
+    """SQLite: an executemany of one INSERT, each row judged by its own subquery. The
+    batch's own rows (and `ours`, adopted into it) are left out of the overlap count (a
+    JSON list of their ids, one parameter for every row), as PostgreSQL's single
+    statement cannot see them."""
+    if not due:
+        return
+    now = database.now()
+    expiry = database.lease_until(due[0].lease_seconds)
+    candidates = {uuid.uuid4().hex: item for item in due}
+    if due[0].overlap_limit is None:
+        overlapping: ColumnElement[bool] = bindparam("never", False)
+    else:
+        batch: Select[tuple[Any]] = select(literal_column("value")).select_from(
+            func.json_each(bindparam("batch"))
+        )
+        others_active = (
+            select(func.count())
+            .select_from(_other)
+            .where(
+                _other.c.job == bindparam("job"),
+                _other.c.period != bindparam("period"),
+                _other.c.id.not_in(batch),
+                occupying(_other, now),
+            )
+            .scalar_subquery()
+        )
+        overlapping = others_active >= bindparam("overlap_limit")
+    # Pause lives in the database, so every node honours it from the next claim on.
+    paused = exists().where(jobs.c.name == bindparam("job"), jobs.c.paused.is_(True))
+    skipped = or_(paused, overlapping)
+    statement = (
+        database.insert(runs)
+        .values(
+            id=bindparam("id"),
+            job=bindparam("job"),
+            period=bindparam("period"),
+            status=case((skipped, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
+            reason=case(
+                (paused, Reason.PAUSED.value), (overlapping, Reason.OVERLAP.value), else_=null()
+            ),
+            origin=bindparam("origin"),
+            attempt=1,
+            started_attempts=0,
+            holder=holder,
+            lease_seconds=bindparam("lease_seconds"),
+            lease_expires_at=case((skipped, null()), else_=expiry),
+            claimed_at=now,
+            finished_at=case((skipped, now), else_=null()),
+        )
+        .on_conflict_do_nothing(index_elements=["job", "period"])
+        .returning(runs.c.id, runs.c.status, runs.c.reason)
+    )
+    batch_ids = json.dumps([*candidates, *ours])
+    parameters = [
+        {
+            "id": run_id,
+            "job": item.job,
+            "period": item.period,
+            "origin": item.origin.value,
+            "lease_seconds": item.lease_seconds,
+            "overlap_limit": item.overlap_limit or 0,
+            "never": False,
+            "batch": batch_ids,
+        }
+        for run_id, item in candidates.items()
+    ]
+    _collect(candidates, connection.execute(statement, parameters), holder, sent, result)
+
+
+def _collect(
+    candidates: dict[str, Due], rows: Iterable[Any], holder: str, sent: float, result: ClaimResult
+) -> None:
+    """Sort the rows an insert returned (id, status, reason) into won and skipped."""
+    for run_id, status, reason in rows:
+        item = candidates[run_id]
+        claimed = Claim(
+            run_id, item.job, item.period, 1, holder, item.lease_seconds, item.origin, sent
+        )
+        if status == RunStatus.SKIPPED:
+            result.skipped.append(claimed)
+            result.reasons[run_id] = Reason(reason)
+        else:
+            result.won.append(claimed)
+
+
+# PostgreSQL: the periods travel as one array per column and the statement text is the
+# same for any batch size, so the server parses and plans it once instead of once per
+# row (a multi-row VALUES with the overlap subqueries repeated in each row took longer
+# to plan than to run for a large batch). Paused beats overlap; a NULL limit allows any. The
+# overlap count cannot see the rows this statement inserts: each period is judged
+# against the runs outside its batch.
+_CLAIM_POSTGRES = text(
+    f"""
+    INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt,
+                             started_attempts, holder, lease_seconds, lease_expires_at,
+                             claimed_at, finished_at)
+    SELECT due.id, due.job, due.period,
+           CASE WHEN verdict.reason IS NULL THEN 'claimed' ELSE 'skipped' END,
+           verdict.reason, due.origin, 1, 0, :holder, due.lease_seconds,
+           CASE WHEN verdict.reason IS NULL
+                THEN clock_timestamp() + make_interval(secs => due.lease_seconds) END,
+           statement_timestamp(),
+           CASE WHEN verdict.reason IS NOT NULL THEN statement_timestamp() END
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
+                CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]))
+         AS due(id, job, period, origin, lease_seconds, overlap_limit)
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN EXISTS (SELECT FROM {jobs.name} AS job
+                         WHERE job.name = due.job AND job.paused) THEN 'paused'
+            WHEN due.overlap_limit IS NOT NULL
+                 AND (SELECT count(*) FROM {runs.name} AS other
+                      WHERE other.job = due.job AND other.period <> due.period
+                        AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {OCCUPYING_SQL}
+                     ) >= due.overlap_limit THEN 'overlap'
+        END AS reason
+    ) AS verdict
+    WHERE due.period <= statement_timestamp() + make_interval(secs => :tolerance)
+    ON CONFLICT (job, period) DO NOTHING
+    RETURNING id, status, reason
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _insert_claims_postgres(
+    connection: Connection,
+    due: list[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+    ours: Sequence[str],
+) -> None:
+    if not due:
+        return
+    candidates = {uuid.uuid4().hex: item for item in due}
+    rows = connection.execute(
+        _CLAIM_POSTGRES,
+        {
+            "holder": holder,
+            "ours": list(ours),
+            "tolerance": FUTURE_TOLERANCE.total_seconds(),
+            "ids": list(candidates),
+            "jobs": [item.job for item in due],
+            "periods": [item.period for item in due],
+            "origins": [item.origin.value for item in due],
+            "leases": [item.lease_seconds for item in due],
+            "limits": [item.overlap_limit for item in due],
+        },
+    )
+    _collect(candidates, rows, holder, sent, result)
+
+
+def _adopt(
+    database: Database,
+    connection: Connection,
+    due: Sequence[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+) -> None:
+    """Add to `won` the periods of `due` that this holder claimed before without hearing
+    back: a row in `claimed` with its name on it can only be its own lost claim."""
+    wanted = [(item.job, item.period) for item in due]
+    if not wanted:
+        return
+    now = database.now()
+    statement = select(
+        runs.c.id,
+        runs.c.job,
+        runs.c.period,
+        runs.c.lease_seconds,
+        runs.c.origin,
+        runs.c.started_attempts,
+        func.extract("epoch", runs.c.lease_expires_at - now).label("left_s")
+        if database.server_clock
+        else (func.julianday(runs.c.lease_expires_at) - func.julianday(now)).label("left_days"),
+    ).where(
+        tuple_(runs.c.job, runs.c.period).in_(wanted),
+        runs.c.holder == holder,
+        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.attempt == 1,
+        runs.c.lease_expires_at > now,
+    )
+    for row in connection.execute(statement):
+        left = float(row[6]) * (1 if database.server_clock else 86400)
+        # The lease ends `left` seconds after this statement began, which was after `sent`.
+        lease_from = sent + left - row.lease_seconds
+        result.won.append(
+            Claim(
+                row.id,
+                row.job,
+                row.period,
+                1,
+                holder,
+                row.lease_seconds,
+                Origin(row.origin),
+                lease_from,
+                row.started_attempts,
+            )
+        )

@@ -1,0 +1,313 @@
+"""The fenced writes of a held run: start, finish, release (renewal: `store.renewals`).
+
+Each row is fenced on its own (see `store.fence`), so one refused row does not refuse
+the others of a batch. Every write is also idempotent for its own holder: a write whose
+commit succeeded but whose reply was lost finds, when it is tried again, that it
+already happened (a start finds the run running under its fence, an outcome finds
+itself written). A start also needs a live lease, renews it, and counts the start.
+
+Two forms: with `Database.arrays` each kind of write is one statement whatever the
+batch size, sent in autocommit (one round trip); otherwise a statement a row inside
+one transaction (SQLite is local and has one writer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, and_, exists, or_, select, text, update
+
+from scheduler.model import Claim, Failure, Finish, Started, StartRequest
+from scheduler.states import Reason, RunStatus
+from scheduler.store.database import Database
+from scheduler.store.fence import (
+    ACTIVE_SQL,
+    fence_arrays,
+    fence_of,
+    fenced,
+    lock_jobs,
+    mine,
+)
+from scheduler.store.schema import runs
+
+_other = runs.alias("other")
+
+
+def start(database: Database, claim: Claim, *, in_turn: bool = False) -> Started:
+    """Mark one run as running if it is still ours (see `record`)."""
+    _, (started,) = record(database, [], [StartRequest(claim, in_turn)])
+    return started
+
+
+def finish(
+    database: Database,
+    claim: Claim,
+    status: RunStatus,
+    duration_ms: int | None,
+    *,
+    failure: Failure | None = None,
+    reason: Reason | None = None,
+    retry_in: float | None = None,
+) -> bool:
+    """Record one outcome if we still hold the run; False means it was refused."""
+    (applied,), _ = record(
+        database, [Finish(claim, status, duration_ms, failure, reason, retry_in)], []
+    )
+    return applied
+
+
+def record(
+    database: Database, outcomes: Sequence[Finish], starts: Sequence[StartRequest]
+) -> tuple[list[bool], list[Started]]:
+    """Write many outcomes, then many starts; each row fenced on (id, attempt, holder)
+    on its own, so one refused row does not refuse the others.
+
+    Outcomes go first so that a queued period may start right after the period it
+    waited for ends. A start also needs a live lease, renews it, and is idempotent: a
+    run already running under the same fence (this very start, whose reply was lost)
+    counts as started. A start that must wait its turn (`in_turn`) takes its job's
+    advisory lock first, so that no period of the job is inserted or started unseen
+    meanwhile; without such starts, PostgreSQL takes each kind in one statement in
+    autocommit (one round trip each). SQLite, local and single-writer, takes a
+    statement a row inside one transaction.
+    """
+    in_turn = {request.claim.job for request in starts if request.in_turn}
+    if database.arrays and not in_turn:
+        with database.autocommit() as connection:
+            return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
+    if database.arrays:
+        with database.guarded() as guarded:
+            lock_jobs(database, guarded.connection, in_turn)
+            applied = _finish_postgres(guarded.connection, outcomes)
+            return applied, _start_postgres(guarded.connection, starts)
+    with database.transaction() as connection:
+        applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
+        started = [_start_one(database, connection, request) for request in starts]
+    return applied, started
+
+
+def _earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+    """Another period of the job runs (or lingers), or an earlier one waits, under a
+    live lease."""
+    return exists().where(
+        _other.c.job == job,
+        _other.c.id != run_id,
+        _other.c.lease_expires_at > database.now(),
+        or_(
+            _other.c.status.in_([RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]),
+            and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
+        ),
+    )
+
+
+def _start_one(database: Database, connection: Connection, request: StartRequest) -> Started:
+    claim = request.claim
+    ours = mine(claim)
+    again = connection.execute(
+        update(runs)
+        .where(ours, runs.c.status == RunStatus.RUNNING.value)
+        .values(lease_expires_at=database.lease_until(claim.lease_seconds))
+    )
+    if again.rowcount == 1:
+        return Started.STARTED
+    conditions = [
+        ours,
+        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.lease_expires_at > database.now(),
+    ]
+    if request.in_turn:
+        conditions.append(~_earlier_active(database, claim.job, claim.id, claim.period))
+    statement = (
+        update(runs)
+        .where(*conditions)
+        .values(
+            status=RunStatus.RUNNING.value,
+            started_at=database.now(),
+            started_attempts=runs.c.started_attempts + 1,
+            lease_expires_at=database.lease_until(claim.lease_seconds),
+        )
+    )
+    if connection.execute(statement).rowcount == 1:
+        return Started.STARTED
+    waiting = and_(ours, runs.c.status == RunStatus.CLAIMED.value)
+    if request.in_turn and connection.execute(select(runs.c.id).where(waiting)).first():
+        return Started.WAIT
+    return Started.LOST
+
+
+def _finish_one(database: Database, connection: Connection, outcome: Finish) -> bool:
+    failure = outcome.failure
+    lease = database.lease_until(outcome.claim.lease_seconds) if outcome.lingering else None
+    conditions = [fenced(outcome.claim)]
+    if outcome.waiting_only:
+        conditions.append(runs.c.status == RunStatus.CLAIMED.value)
+    statement = (
+        update(runs)
+        .where(*conditions)
+        .values(
+            status=outcome.status.value,
+            reason=outcome.reason.value if outcome.reason else None,
+            finished_at=database.now(),
+            duration_ms=outcome.duration_ms,
+            lease_expires_at=lease,
+            retry_at=None if outcome.retry_in is None else database.now_plus(outcome.retry_in),
+            error_type=failure.type if failure else None,
+            error_message=failure.message if failure else None,
+            error_traceback=failure.traceback if failure else None,
+        )
+    )
+    if connection.execute(statement).rowcount == 1:
+        return True
+    return _already_written(connection, [outcome]) == [True]
+
+
+def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
+    """For refused outcomes: which of them the row already shows, under the same fence
+    (an earlier try of this very write, whose reply was lost)."""
+    ids = [outcome.claim.id for outcome in outcomes]
+    rows = {
+        row.id: row
+        for row in connection.execute(
+            select(runs.c.id, runs.c.attempt, runs.c.holder, runs.c.status).where(
+                runs.c.id.in_(ids)
+            )
+        )
+    }
+    answers = []
+    for outcome in outcomes:
+        row = rows.get(outcome.claim.id)
+        answers.append(
+            row is not None
+            and (row.attempt, row.holder) == (outcome.claim.attempt, outcome.claim.holder)
+            and row.status == outcome.status.value
+        )
+    return answers
+
+
+# The batches below find their rows by `id`. Their status test is written `(…) IS TRUE`,
+# which means the same but no index can serve: right after a burst the statistics are
+# stale (a few claimed rows expected, 10,000 there) and the planner took the status
+# index, reading every claimed row for each batch of 16 (several times slower).
+# A row already running under the same fence is this start, tried again: it keeps its
+# started_at and start count and only has its lease renewed.
+_START_POSTGRES = text(
+    f"""
+    UPDATE {runs.name} AS run SET status = 'running',
+        started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
+                          ELSE run.started_at END,
+        started_attempts = run.started_attempts
+                           + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END,
+        lease_expires_at = clock_timestamp() + make_interval(secs => run.lease_seconds)
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+                CAST(:in_turn AS BOOLEAN[])) AS wanted(id, attempt, holder, in_turn)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
+      AND run.attempt = wanted.attempt AND run.holder = wanted.holder
+      AND (run.status IN ({ACTIVE_SQL})) IS TRUE
+      AND run.lease_expires_at > statement_timestamp()
+      AND (run.status = 'running' OR NOT (wanted.in_turn AND EXISTS (
+          SELECT FROM {runs.name} AS other
+          WHERE other.job = run.job AND other.id <> run.id
+            AND other.lease_expires_at > statement_timestamp()
+            AND (other.status IN ('running', 'timed_out')
+                 OR (other.status = 'claimed' AND other.period < run.period)))))
+    RETURNING run.id, run.attempt, run.holder
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+_STILL_WAITING_POSTGRES = text(
+    f"""
+    SELECT run.id, run.attempt, run.holder FROM {runs.name} AS run
+    JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
+         AS wanted(id, attempt, holder)
+      ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status = 'claimed') IS TRUE
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) -> list[Started]:
+    if not requests:
+        return []
+    claims = [request.claim for request in requests]
+    parameters = {**fence_arrays(claims), "in_turn": [r.in_turn for r in requests]}
+    started = {tuple(row) for row in connection.execute(_START_POSTGRES, parameters)}
+    waiting = [r.claim for r in requests if r.in_turn and fence_of(r.claim) not in started]
+    held = set()
+    if waiting:
+        held = {
+            tuple(row) for row in connection.execute(_STILL_WAITING_POSTGRES, fence_arrays(waiting))
+        }
+    return [
+        Started.STARTED
+        if fence_of(request.claim) in started
+        else Started.WAIT
+        if fence_of(request.claim) in held
+        else Started.LOST
+        for request in requests
+    ]
+
+
+_FINISH_POSTGRES = text(
+    f"""
+    UPDATE {runs.name} AS run
+    SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
+        duration_ms = done.duration_ms,
+        lease_expires_at = CASE WHEN done.lingering
+            THEN clock_timestamp() + make_interval(secs => run.lease_seconds) END,
+        retry_at = statement_timestamp() + make_interval(secs => done.retry_in),
+        error_type = done.error_type, error_message = done.error_message,
+        error_traceback = done.error_traceback
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+                CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]),
+                CAST(:durations AS INT[]), CAST(:retry_in AS FLOAT8[]),
+                CAST(:lingering AS BOOLEAN[]), CAST(:waiting_only AS BOOLEAN[]),
+                CAST(:error_types AS TEXT[]), CAST(:error_messages AS TEXT[]),
+                CAST(:error_tracebacks AS TEXT[]))
+         AS done(id, attempt, holder, status, reason, duration_ms, retry_in, lingering,
+                 waiting_only, error_type, error_message, error_traceback)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
+      AND run.attempt = done.attempt AND run.holder = done.holder
+      AND (run.status IN ({ACTIVE_SQL})) IS TRUE
+      AND (NOT done.waiting_only OR run.status = 'claimed')
+    RETURNING run.id, run.attempt, run.holder
+    """  # noqa: S608 - table names and statuses are our constants; values are parameters
+)
+
+
+def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
+    if not outcomes:
+        return []
+    failures = [outcome.failure for outcome in outcomes]
+    parameters = {
+        **fence_arrays([outcome.claim for outcome in outcomes]),
+        "statuses": [outcome.status.value for outcome in outcomes],
+        "reasons": [outcome.reason.value if outcome.reason else None for outcome in outcomes],
+        "durations": [outcome.duration_ms for outcome in outcomes],
+        "retry_in": [outcome.retry_in for outcome in outcomes],
+        "lingering": [outcome.lingering for outcome in outcomes],
+        "waiting_only": [outcome.waiting_only for outcome in outcomes],
+        "error_types": [failure.type if failure else None for failure in failures],
+        "error_messages": [failure.message if failure else None for failure in failures],
+        "error_tracebacks": [failure.traceback if failure else None for failure in failures],
+    }
+    applied = {tuple(row) for row in connection.execute(_FINISH_POSTGRES, parameters)}
+    written = [fence_of(outcome.claim) in applied for outcome in outcomes]
+    refused = [outcome for outcome, ok in zip(outcomes, written, strict=True) if not ok]
+    if refused:
+        again = iter(_already_written(connection, refused))
+        written = [ok or next(again) for ok in written]
+    return written
+
+
+def release(database: Database, claim: Claim, *, after: float = 0.0) -> bool:
+    """A lingering attempt's function returned: drop the lease it kept, so its retry
+    (if any) may go ahead. Fenced like any write of the attempt. `after` keeps the
+    lease that many seconds more (a node about to exit with the function still in it)."""
+    statement = (
+        update(runs)
+        .where(mine(claim), runs.c.status == RunStatus.TIMED_OUT.value)
+        .values(lease_expires_at=database.lease_until(after) if after else None)
+    )
+    with database.transaction() as connection:
+        return connection.execute(statement).rowcount == 1
