@@ -6,9 +6,9 @@ import time
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 
 from scheduler.store.database import open_database
+from scheduler.store.faults import StoreUnavailableError
 from tests.acceptance.tcp_proxy import Proxy
 
 
@@ -38,7 +38,7 @@ def test_a_call_on_a_connection_that_stopped_passing_bytes_fails_at_its_deadline
         database.ping()
         proxy.freeze()
         began = time.monotonic()
-        with pytest.raises(DBAPIError), database.transaction() as connection:
+        with pytest.raises(StoreUnavailableError), database.transaction() as connection:
             connection.execute(text("SELECT 1"))
         assert time.monotonic() - began < 3
         proxy.thaw()
