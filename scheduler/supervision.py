@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -22,6 +24,8 @@ from scheduler.store.faults import StoreError, StoreRejectedError
 
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
+# How often a sleeping side thread looks whether the node is stopping.
+STOP_CHECK_S = 1.0
 T = TypeVar("T")
 
 
@@ -69,7 +73,9 @@ def persist(
 
 class SideThread(threading.Thread):
     """Repeats `step()` until `stop` is set; `step` returns how long to wait before the
-    next. A crash sets `halt` (the node's stop; by default `stop` itself)."""
+    next. `wake_in(seconds)` brings the next step forward (a notification, a deadline
+    another thread learned of). A crash sets `halt` (the node's stop; by default `stop`
+    itself)."""
 
     first_wait: float = 0.0
 
@@ -85,11 +91,13 @@ class SideThread(threading.Thread):
         self._halt = halt or stop
         self._log = log
         self.failure: BaseException | None = None
+        self._alarm = threading.Condition()
+        self._wake_at = math.inf
 
     def run(self) -> None:
         try:
             wait = self.first_wait
-            while not self._stop.wait(wait):
+            while not self._sleep(wait):
                 wait = self.step()
         except Exception as error:  # noqa: BLE001 - supervision: any crash stops the node
             self.failure = error
@@ -98,6 +106,25 @@ class SideThread(threading.Thread):
 
     def step(self) -> float:
         raise NotImplementedError
+
+    def wake_in(self, seconds: float = 0.0) -> None:
+        """Take the next step within `seconds` at the latest."""
+        with self._alarm:
+            self._wake_at = min(self._wake_at, time.monotonic() + max(0.0, seconds))
+            self._alarm.notify()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait `seconds`, or less if woken; True once stopped."""
+        deadline = time.monotonic() + seconds
+        with self._alarm:
+            while not self._stop.is_set():
+                remaining = min(deadline, self._wake_at) - time.monotonic()
+                if remaining <= 0:
+                    self._wake_at = math.inf
+                    return False
+                # The stop event is not ours to be woken by: look at it now and then.
+                self._alarm.wait(min(remaining, STOP_CHECK_S))
+        return True
 
 
 class Worker(threading.Thread):

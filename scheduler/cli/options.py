@@ -1,13 +1,12 @@
-"""What the `scheduler` commands share: the options and their parsing, the error style
-(a user's mistake prints one line on stderr and exits 2), loading the job modules and
-opening the database before anything is written, and the signal handlers."""
+"""What the `scheduler` commands share: the options and their parsing, loading the job
+modules and opening the database before anything is written, and the signal handlers
+(the error style is `scheduler.cli.group`'s)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
@@ -27,56 +26,9 @@ from scheduler.registry import Job, importable, load_jobs
 from scheduler.store import migrate as migrations
 from scheduler.store.database import Database, open_database
 
-USER_ERROR = 2
 # `migrate --check`: the schema needs `scheduler migrate`.
 BEHIND = 1
 Command = TypeVar("Command", bound=Callable[..., Any])
-
-
-class Group(click.Group):
-    """Turns a UserError anywhere below into one line on stderr and exit status 2, and
-    click's own usage errors (a missing argument, an unknown option) into the same shape."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except UserError as error:
-            click.echo(f"error: {error}", err=True)
-            ctx.exit(USER_ERROR)
-
-    def main(  # one signature for both of click's overloads
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as error:
-            error.show()  # the bare command: its help, as click shows it
-            sys.exit(USER_ERROR)
-        except click.UsageError as error:
-            click.echo(f"error: {usage_line(error)}", err=True)
-            sys.exit(USER_ERROR)
-        except click.ClickException as error:
-            click.echo(f"error: {error.format_message()}", err=True)
-            sys.exit(error.exit_code)
-        except click.Abort:
-            click.echo("error: aborted", err=True)
-            sys.exit(1)
-        sys.exit(status if isinstance(status, int) else 0)
-
-
-def usage_line(error: click.UsageError) -> str:
-    """click's message on one line, with the command to ask for help."""
-    message = " ".join(error.format_message().split())
-    if error.ctx is None:
-        return message
-    return f"{error.ctx.command_path}: {message} (see `{error.ctx.command_path} --help`)"
 
 
 def database_option(command: Command) -> Command:

@@ -36,13 +36,16 @@ from scheduler.node.pruner import Pruner
 from scheduler.node.recovery import Recovery
 from scheduler.node.requests import Requests
 from scheduler.node.upcoming import Upcoming
+from scheduler.node.wakeups import Mode as WakeupMode
+from scheduler.node.wakeups import Wakeups
+from scheduler.node.watch import Watch
 from scheduler.policy import Policy
 from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.store.liveness import SessionLock
+from scheduler.store.liveness import PeerWatch, SessionLock
 
 # The defaults are the command's (scheduler.config), parsed once.
 DEFAULT_RECOVERY_INTERVAL = parse_duration(config.DEFAULT_RECOVERY_INTERVAL)
@@ -115,6 +118,8 @@ class Daemon:
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self._summary = Summary(settings.summary_interval, self._log)
         self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
+        self._wakeups = Wakeups(self._log)
+        self._watch: Watch | None = None
         self.peers = Peers(node.id)
         heartbeat = min([job.policy.heartbeat for job in jobs.values()] + [LONGEST_HEARTBEAT])
         self.heartbeat = Heartbeat(
@@ -136,6 +141,7 @@ class Daemon:
             stop=self._stop,
             log=self._log,
             peers=self.peers,
+            wakeups=self._wakeups,
         )
         self._requests = Requests(
             database=database,
@@ -144,6 +150,7 @@ class Daemon:
             node_id=node.id,
             stop=self._stop,
             log=self._log,
+            wakeups=self._wakeups,
         )
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
@@ -168,6 +175,15 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake_side_threads()
+
+    def _wake_side_threads(self) -> None:
+        """They sleep until told; the stop is news too."""
+        if self._watch is not None:
+            self._watch.close()
+        for side in (self._recovery, self._requests, self._catch_up, self._pruner):
+            if side is not None:
+                side.wake_in(0.0)
 
     def run(self) -> int:
         """Serve until asked to stop; return how many runs were abandoned at shutdown."""
@@ -177,6 +193,8 @@ class Daemon:
         nodes.register(self._database, self._node, jobs_digest(self._jobs.values()), key)
         if self._liveness is not None:
             self._liveness.start()
+        if self._watch is not None:
+            self._watch.start()
         self.heartbeat.calibrate()
         self.heartbeat.find_peers()
         self._log.info(
@@ -204,6 +222,7 @@ class Daemon:
         mode, why = liveness.choose(self._database, self._settings.liveness)
         self._log.info("liveness_mode", mode=mode.value, why=why)
         if mode is not LivenessMode.SESSION:
+            self._wakeups.choose(WakeupMode.POLL, f"no session of its own ({why})")
             return None
         lock = SessionLock(self._database, f"scheduler {self._node.name}")
         key = lock.connect()
@@ -214,7 +233,19 @@ class Daemon:
             lost=self.dispatcher.lose_all,
             log=self._log,
             halt=self._stop,
+            wakeups=self._wakeups,
         )
+        self._watch = Watch(
+            database=self._database,
+            node_id=self._node.id,
+            peer_watch=PeerWatch(self._database, f"scheduler {self._node.name}"),
+            stop=self._stop,
+            log=self._log,
+        )
+        self._wakeups.watch = self._watch
+        self.heartbeat.wakeups = self._wakeups
+        self.heartbeat.liveness = self._liveness
+        self._wakeups.choose(WakeupMode.EVENTS, "LISTEN on the liveness session")
         return key
 
     def _supersede_earlier(self) -> None:
@@ -359,6 +390,7 @@ class Daemon:
 
     def _shutdown(self) -> int:
         self._stop.set()
+        self._wake_side_threads()
         running = len(self.dispatcher.held())
         self._log.info(
             "node_stopping", running=running, grace_s=self._settings.grace.total_seconds()

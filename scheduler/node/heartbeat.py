@@ -19,9 +19,12 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.model import SILENT_BEATS
 from scheduler.node.clock import SKEW_WARNING, Clock
+from scheduler.node.liveness import Liveness
 from scheduler.node.peers import Peers
+from scheduler.node.wakeups import Wakeups
 from scheduler.run.dispatcher import Dispatcher
-from scheduler.store import nodes, renewals
+from scheduler.store import beat as store_beat
+from scheduler.store import nodes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
 from scheduler.supervision import SideThread
@@ -56,6 +59,9 @@ class Heartbeat(SideThread):
         self._clock = clock
         self._skewed = False
         self.last_beat: float | None = None
+        # Set by the daemon once it knows them (PostgreSQL, direct connection).
+        self.wakeups: Wakeups | None = None
+        self.liveness: Liveness | None = None
 
     @property
     def interval(self) -> float:
@@ -65,22 +71,33 @@ class Heartbeat(SideThread):
     def stop(self) -> None:
         """Stop beating (after the node has drained)."""
         self._stop.set()
+        self.wake_in(0.0)
 
     def step(self) -> float:
         self.beat()
         return self._interval
 
     def beat(self) -> None:
+        """One transaction: the node's row, its leases, and what the node would otherwise
+        poll for (see `store.beat`), handed to the threads that act on it."""
         sent = time.monotonic()
         try:
-            nodes.heartbeat(self._database, self._node_id)
-            held = renewals.renew_leases(self._database, self._node_id)
-            self._dispatcher.renewed(held, sent)
-            self.calibrate()
-            self.find_peers()
+            beat = store_beat.beat(
+                self._database,
+                self._node_id,
+                alive_within=SILENT_BEATS * self._interval,
+                liveness=self.liveness is not None,
+            )
         except StoreError as error:
             self._log.warning("heartbeat_failed", error=error.message)
             return
+        self._dispatcher.renewed(beat.held, sent)
+        self._calibrated(sent, beat.clock, time.monotonic())
+        self._peers.update(beat.peers)
+        if self.wakeups is not None:
+            self.wakeups.beat(beat)
+        if not beat.liveness_held and self.liveness is not None:
+            self.liveness.doubt()
         self.last_beat = sent
 
     def find_peers(self) -> None:
@@ -93,7 +110,10 @@ class Heartbeat(SideThread):
         own clock is off from it (once, until it is back)."""
         before = time.monotonic()
         database_time = self._database.read_clock()
-        offset = self._clock.calibrate(before, database_time, time.monotonic())
+        self._calibrated(before, database_time, time.monotonic())
+
+    def _calibrated(self, before: float, database_time: datetime, after: float) -> None:
+        offset = self._clock.calibrate(before, database_time, after)
         skewed = abs(offset) > SKEW_WARNING
         if skewed and not self._skewed:
             self._log.warning(

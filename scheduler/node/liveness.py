@@ -19,7 +19,6 @@ mode is chosen at start (`--liveness auto|session|lease`) and logged (`liveness_
 
 from __future__ import annotations
 
-import select
 import threading
 from collections.abc import Callable
 from enum import StrEnum
@@ -27,6 +26,7 @@ from enum import StrEnum
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.errors import UserError
+from scheduler.node.wakeups import Wakeups
 from scheduler.store import liveness as session
 from scheduler.store import nodes
 from scheduler.store.database import Database
@@ -34,9 +34,10 @@ from scheduler.store.faults import StoreError
 from scheduler.store.liveness import SessionLock
 from scheduler.supervision import SideThread
 
-# How often the holder asks whether its lock is still its own session's (a session that
-# ends makes the socket readable at once; this is for a pooler hiding sessions, rare).
-SELF_CHECK_S = 30.0
+# A session that ends is noticed at once (the wait for notifications fails); the lock
+# itself is checked by every heartbeat, which raises a doubt here when it is not held,
+# looked into within this long.
+SELF_CHECK_S = 5.0
 RECONNECT_S = 1.0
 
 
@@ -87,6 +88,7 @@ class Liveness(SideThread):
         lost: Callable[[], None],
         log: FilteringBoundLogger,
         halt: threading.Event,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self._closing = threading.Event()
         super().__init__("liveness", self._closing, log, halt=halt)
@@ -94,12 +96,16 @@ class Liveness(SideThread):
         self._node_id = node_id
         self._lock = lock
         self._lost = lost
+        self._wakeups = wakeups
+        self._doubt = threading.Event()
 
     def step(self) -> float:
         error = self._watch()
         if self._closing.is_set():
             return 0.0
         self._log.warning("liveness_lost", error=error)
+        if self._wakeups is not None:
+            self._wakeups.set_listening(False)
         self._lost()
         self._lock.close()
         self._forget_key()
@@ -107,18 +113,25 @@ class Liveness(SideThread):
         return 0.0
 
     def _watch(self) -> str:
-        """Block until the lock may be lost; why."""
+        """Hand on wake-ups until the lock may be lost; why."""
         while not self._closing.is_set():
             try:
-                select.select([self._lock.fileno()], [], [], SELF_CHECK_S)
-                if self._closing.is_set():
-                    return "closing"
-                # Readable: the session ended (or the server spoke); ask, and find out.
-                if not self._lock.still_mine():
-                    return "the lock is no longer this session's"
-            except (StoreError, OSError, ValueError) as error:
-                return str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+                for payload in self._lock.notifications(SELF_CHECK_S):
+                    if self._wakeups is not None:
+                        self._wakeups.heard(payload)
+                    if self._closing.is_set():
+                        return "closing"
+                if self._doubt.is_set():
+                    self._doubt.clear()
+                    if not self._lock.still_mine():
+                        return "the lock is no longer this session's"
+            except StoreError as error:
+                return error.message
         return "closing"
+
+    def doubt(self) -> None:
+        """A heartbeat found this node's lock not held: check on it."""
+        self._doubt.set()
 
     def _forget_key(self) -> None:
         """Until a new lock is held, the node's row names none: only the lease counts."""
@@ -142,6 +155,8 @@ class Liveness(SideThread):
                 self._closing.wait(RECONNECT_S)
             else:
                 self._log.info("liveness_restored", key=key)
+                if self._wakeups is not None:
+                    self._wakeups.set_listening(True)
                 return
 
     def close(self) -> None:

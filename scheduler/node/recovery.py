@@ -1,7 +1,9 @@
 """The recovery loop: take over runs whose lease expired, and failed runs whose retry is due.
 
-It sleeps until the earliest lease expiry or retry by the database clock (at most
-`interval`), so a dead node's run is retaken right after its lease ends.
+It sleeps until the earliest lease expiry or retry by the database clock, so a dead
+node's run is retaken right after its lease ends. When polling (see
+`scheduler.node.wakeups`) it also looks every `interval`; with wake-ups it sleeps until
+told (a notification, or a deadline the heartbeat read) and looks only then.
 
 On PostgreSQL it also looks, each pass, for nodes whose liveness lock is gone (their
 process ended): once a node has been gone for NOTICE_S (time for a live holder whose
@@ -12,6 +14,7 @@ by the others from then on.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -20,6 +23,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.model import Stale
 from scheduler.node.peers import Peers
+from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
@@ -45,6 +49,9 @@ SETTLE_S = 0.05
 # holder whose session ended while it lives hears of it at once (its socket closes)
 # and gives its runs up in milliseconds.
 NOTICE_S = 0.5
+# With wake-ups, the longest sleep between passes when nothing is known to be due: the
+# heartbeat re-reads every deadline each beat, so this is only a last resort.
+SWEEP_S = 300.0
 
 
 class Recovery(SideThread):
@@ -59,6 +66,7 @@ class Recovery(SideThread):
         stop: threading.Event,
         log: FilteringBoundLogger,
         peers: Peers | None = None,
+        wakeups: Wakeups | None = None,
     ) -> None:
         super().__init__("recovery", stop, log)
         self._database = database
@@ -68,12 +76,17 @@ class Recovery(SideThread):
         self._node_id = node_id
         self._interval = interval
         self._peers = peers
+        self._wakeups = wakeups
+        if wakeups is not None:
+            wakeups.recovery = self
         # Nodes seen gone, and since when (this process's monotonic clock).
         self._gone_since: dict[str, float] = {}
         self._released: set[str] = set()
+        self._last_pass = -math.inf
 
     def step(self) -> float:
         """Retake what is due; return how long to sleep before the next pass."""
+        self._last_pass = time.monotonic()
         try:
             waiting = self.find_gone()
             while self.recover_once() == BATCH and not self._stop.is_set():
@@ -82,8 +95,28 @@ class Recovery(SideThread):
         except StoreError as error:
             self._log.warning("recovery_failed", error=error.message)
             return self._interval
-        sleep = self._interval if due_in is None else min(self._interval, due_in + SETTLE_S)
+        longest = self._interval if self._polling else SWEEP_S
+        sleep = longest if due_in is None else min(longest, due_in + SETTLE_S)
         return min(sleep, waiting) if waiting is not None else sleep
+
+    @property
+    def _polling(self) -> bool:
+        return self._wakeups is None or not self._wakeups.listening
+
+    def deadline_in(self, seconds: float) -> None:
+        """The heartbeat read the next lease end or retry: look then. One already passed
+        is news only if no pass has looked since (a pass finds what it may take; what
+        it left is another node's job, or no node's)."""
+        due_at = time.monotonic() + seconds
+        if seconds <= 0 and self._last_pass >= due_at:
+            return
+        self.wake_in(max(0.0, seconds) + SETTLE_S)
+
+    def notice_gone(self, gone: list[str]) -> None:
+        """The heartbeat saw these nodes' liveness locks gone: look, unless each was
+        already dealt with."""
+        if set(gone) - self._released:
+            self.wake_in(0.0)
 
     def find_gone(self) -> float | None:
         """Release the runs of nodes gone for NOTICE_S; how long until the next may ripen."""

@@ -1,9 +1,10 @@
 """Operator requests carried out by a daemon: trigger, rerun and backfill asked for from
 the web console, which must not run jobs in its own process.
 
-Every second a node looks for requests of the jobs it knows that no node took, takes
-each with a compare-and-set (one node only), claims through the same store functions
-as the CLI's repairs (`scheduler.node.repair`) in its own name, and hands the claims to its
+A node looks (when a notification tells it, or every second when polling) for requests
+of the jobs it knows that no node took, takes each with a compare-and-set (one node
+only), claims through the same store functions as the CLI's repairs
+(`scheduler.node.repair`) in its own name, and hands the claims to its
 dispatcher; the runs then go as any other: leases, retries, outcomes.
 """
 
@@ -20,6 +21,7 @@ from scheduler.errors import UserError
 from scheduler.instants import utc_text
 from scheduler.node import repair
 from scheduler.node.repair import Action
+from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.store import queries
@@ -30,6 +32,8 @@ from scheduler.store.requests import RequestKind, RequestOutcome, RequestRow
 from scheduler.supervision import SideThread
 
 POLL_S = 1.0
+# With wake-ups: a request notifies, and every heartbeat says whether one waits.
+SWEEP_S = 300.0
 # A request no node took within this is not run any more: a "trigger now" of a payment
 # job must not start hours later, when every node comes back, without anyone watching.
 EXPIRES_AFTER = timedelta(hours=1)
@@ -70,8 +74,12 @@ class Requests(SideThread):
         node_id: str,
         stop: threading.Event,
         log: FilteringBoundLogger,
+        wakeups: Wakeups | None = None,
     ) -> None:
         super().__init__("requests", stop, log)
+        self._wakeups = wakeups
+        if wakeups is not None:
+            wakeups.requests = self
         self._database = database
         self._dispatcher = dispatcher
         self._jobs = jobs
@@ -86,7 +94,8 @@ class Requests(SideThread):
                     self.carry_out(request)
         except StoreError as error:
             self._log.warning("requests_failed", error=error.message)
-        return POLL_S
+            return POLL_S
+        return POLL_S if self._wakeups is None or not self._wakeups.listening else SWEEP_S
 
     def carry_out(self, request: RequestRow) -> None:
         """Do what the request asks, and write down how it went."""

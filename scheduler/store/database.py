@@ -142,6 +142,12 @@ class Database:
         return self.is_postgres
 
     @property
+    def notifies(self) -> bool:
+        """Writes can wake other sessions (NOTIFY), for those that LISTEN on a session of
+        their own; otherwise the others find changes by asking."""
+        return self.is_postgres
+
+    @property
     def lateral(self) -> bool:
         """LATERAL subqueries: each job's newest rows read by one index scan apiece."""
         return self.is_postgres

@@ -11,6 +11,7 @@ from sqlalchemy import case, or_, select, update
 from scheduler.model import JobRow, PauseRow
 from scheduler.store.database import Database
 from scheduler.store.schema import jobs, pauses
+from scheduler.store.wakeups import Wake, notify_on
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ def set_paused(database: Database, name: str, *, paused: bool) -> bool:
                     .where(pauses.c.job == name, pauses.c.resumed_at.is_(None))
                     .values(resumed_at=changed.resumed_at)
                 )
+                # Retries of a paused job wait for its resume: they may be due now.
+                notify_on(database, connection, Wake.RECOVERY)
             return True
         return (
             connection.execute(select(jobs.c.name).where(jobs.c.name == name)).first() is not None

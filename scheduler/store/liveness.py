@@ -1,6 +1,11 @@
 """The liveness session: a connection of the node's own that holds its liveness lock
 (a session advisory lock, `pg_advisory_lock(int4, int4)` with LIVENESS_NAMESPACE) for
-as long as the node lives. See `scheduler.node.liveness` for what it is for.
+as long as the node lives, and LISTENs for the other nodes' wake-ups
+(`store.wakeups`). See `scheduler.node.liveness` for what it is for.
+
+`PeerWatch` is the other half: a second connection that waits, without polling, for
+another node's lock to be released (a shared request on the same key is granted only
+once the holder's session has ended), so that a node's death is known at once.
 
 Its faults are the store's own (`StoreUnavailableError`), like every other call's.
 """
@@ -25,6 +30,7 @@ from scheduler.store.database import (
 )
 from scheduler.store.faults import StoreUnavailableError, first_line
 from scheduler.store.nodes import LIVENESS_NAMESPACE
+from scheduler.store.wakeups import CHANNEL
 
 DEFAULT_PORT = 5432
 
@@ -56,24 +62,11 @@ class SessionLock:
         self.key: int | None = None
 
     def connect(self) -> int:
-        """Open the connection and take the lock under a key nobody holds; its key."""
+        """Open the connection, take the lock under a key nobody holds, and listen for
+        wake-ups; its key."""
         with _faults():
-            connection = psycopg.connect(
-                self._conninfo,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_S,
-                application_name=f"{self._application_name} liveness"[:63],
-                keepalives=1,
-                keepalives_idle=KEEPALIVE_IDLE_S,
-                keepalives_interval=KEEPALIVE_INTERVAL_S,
-                keepalives_count=KEEPALIVE_COUNT,
-                tcp_user_timeout=TCP_USER_TIMEOUT_MS,
-                prepare_threshold=None,
-            )
-            # This session idles for days by design: no server timeout may end it (before
-            # PostgreSQL 14 there is no such timeout to turn off).
-            with contextlib.suppress(psycopg.Error):
-                connection.execute("SELECT set_config('idle_session_timeout', '0', false)")
+            connection = _session(self._conninfo, f"{self._application_name} liveness")
+            connection.execute(f"LISTEN {CHANNEL}")
             while True:
                 key = secrets.randbelow(2**31 - 1) + 1
                 row = connection.execute(
@@ -89,6 +82,14 @@ class SessionLock:
         with _faults():
             return self._connection.fileno()
 
+    def notifications(self, timeout: float) -> Iterator[str]:
+        """The payloads of wake-ups as they arrive, for up to `timeout` seconds; a fault
+        (the session ended) raises `StoreUnavailableError`."""
+        assert self._connection is not None
+        with _faults():
+            for notice in self._connection.notifies(timeout=timeout):
+                yield notice.payload
+
     def still_mine(self) -> bool:
         """Whether the lock is granted to this very session (and the session answers)."""
         assert self._connection is not None
@@ -96,7 +97,7 @@ class SessionLock:
             row = self._connection.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
                 " AND objsubid = 2 AND classid = CAST(%s AS oid) AND objid = CAST(%s AS oid)"
-                " AND pid = pg_backend_pid()",
+                " AND mode = 'ExclusiveLock' AND pid = pg_backend_pid()",
                 (LIVENESS_NAMESPACE, self.key),
             ).fetchone()
         return row is not None and row[0] == 1
@@ -106,3 +107,73 @@ class SessionLock:
             with contextlib.suppress(psycopg.Error):
                 self._connection.close()
         self._connection, self.key = None, None
+
+
+class PeerWatch:
+    """A connection of its own that waits for another node's liveness lock to go.
+
+    `wait_released(key)` blocks in `pg_advisory_lock_shared` until the holder's session
+    has ended, then lets the shared lock go at once (a shared holder is not the node's
+    liveness, see `store.nodes`). `interrupt()`, from another thread, ends a wait early
+    (the ring changed); the wait then returns False.
+    """
+
+    def __init__(self, database: Database, application_name: str) -> None:
+        url = database.engine.url.set(drivername="postgresql")
+        self._conninfo = url.render_as_string(hide_password=False)
+        self._application_name = application_name
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def wait_released(self, key: int) -> bool:
+        """Wait until `key`'s lock is released; False if interrupted first."""
+        with _faults():
+            if self._connection is None or self._connection.closed:
+                self._connection = _session(self._conninfo, f"{self._application_name} watch")
+            connection = self._connection
+            try:
+                connection.execute(
+                    "SELECT pg_advisory_lock_shared(%s, %s)", (LIVENESS_NAMESPACE, key)
+                )
+            except psycopg.errors.QueryCanceled:
+                return False
+            # An interrupt that came just too late may cancel this instead: say it again.
+            for _ in range(2):
+                with contextlib.suppress(psycopg.errors.QueryCanceled):
+                    connection.execute(
+                        "SELECT pg_advisory_unlock_shared(%s, %s)", (LIVENESS_NAMESPACE, key)
+                    )
+                    break
+        return True
+
+    def interrupt(self) -> None:
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            with contextlib.suppress(psycopg.Error):
+                connection.cancel_safe(timeout=CONNECT_TIMEOUT_S)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._connection.close()
+        self._connection = None
+
+
+def _session(conninfo: str, application_name: str) -> psycopg.Connection[Any]:
+    """A direct connection that idles for days by design, with keepalives that find a
+    vanished server."""
+    connection = psycopg.connect(
+        conninfo,
+        autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        application_name=application_name[:63],
+        keepalives=1,
+        keepalives_idle=KEEPALIVE_IDLE_S,
+        keepalives_interval=KEEPALIVE_INTERVAL_S,
+        keepalives_count=KEEPALIVE_COUNT,
+        tcp_user_timeout=TCP_USER_TIMEOUT_MS,
+        prepare_threshold=None,
+    )
+    # No server timeout may end it (before PostgreSQL 14 there is no such timeout).
+    with contextlib.suppress(psycopg.Error):
+        connection.execute("SELECT set_config('idle_session_timeout', '0', false)")
+    return connection

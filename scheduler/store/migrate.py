@@ -10,15 +10,14 @@ moves the revision over in one transaction (see `adopt_legacy_revision`).
 
 from __future__ import annotations
 
+import ast
+import functools
 import io
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Column,
     Connection,
@@ -37,6 +36,9 @@ from sqlalchemy.schema import CreateTable, DropTable
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from scheduler.errors import SchemaOutdatedError
+
+if TYPE_CHECKING:  # Alembic is imported only to migrate: a node's start-up needs none of it
+    from alembic.config import Config
 from scheduler.store.database import Database, open_database, parse_database_url
 from scheduler.store.schema import VERSION_TABLE, runs
 
@@ -57,28 +59,51 @@ def migrations_path() -> Path:
 
 
 def alembic_config(database: Database) -> Config:
+    from alembic.config import Config  # noqa: PLC0415 - only when migrating
+
     config = Config()
     config.set_main_option("script_location", str(migrations_path()))
     config.attributes["engine"] = database.engine
     return config
 
 
-def _script() -> ScriptDirectory:
-    config = Config()
-    config.set_main_option("script_location", str(migrations_path()))
-    return ScriptDirectory.from_config(config)
+@functools.cache
+def _revisions() -> dict[str, str | None]:
+    """Each revision of the migrations folder and the one before it, read from the
+    scripts' own `revision` and `down_revision` without importing them (or Alembic,
+    which a start-up check does not need; a unit test compares this with Alembic)."""
+    found: dict[str, str | None] = {}
+    for script in sorted((migrations_path() / "versions").glob("*.py")):
+        names: dict[str, object] = {}
+        for node in ast.parse(script.read_text()).body:
+            targets: list[ast.expr]
+            value: ast.expr | None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if not isinstance(value, ast.Constant):
+                continue
+            names |= {target.id: value.value for target in targets if isinstance(target, ast.Name)}
+        revision, down = names.get("revision"), names.get("down_revision")
+        if isinstance(revision, str):
+            found[revision] = down if isinstance(down, str) else None
+    return found
 
 
 def known_revisions() -> frozenset[str]:
-    return frozenset(revision.revision for revision in _script().walk_revisions())
+    return frozenset(_revisions())
 
 
 def head_revision(database: Database | None = None) -> str:
     """The newest revision this version of the scheduler knows."""
     del database  # the head is the code's, whatever the database
-    head = _script().get_current_head()
-    assert head is not None, "the migrations folder has no revisions"
-    return head
+    revisions = _revisions()
+    heads = set(revisions) - {down for down in revisions.values() if down is not None}
+    assert len(heads) == 1, f"the migrations folder has heads {sorted(heads)}"
+    return heads.pop()
 
 
 def version_table(name: str = VERSION_TABLE) -> Table:
@@ -128,7 +153,7 @@ def schema_state(database: Database) -> SchemaState:
     """Read the recorded revision, from our own version table or, for a database that
     an older scheduler migrated, from `alembic_version`. Reads only."""
     with database.engine.connect() as connection:
-        current = _context(connection).get_current_revision()
+        current = _recorded(connection)
         if current is not None:
             return SchemaState(current, head_revision())
         legacy = _legacy_revisions(connection)
@@ -139,8 +164,12 @@ def current_revision(database: Database) -> str | None:
     return schema_state(database).current
 
 
-def _context(connection: Connection) -> MigrationContext:
-    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+def _recorded(connection: Connection) -> str | None:
+    """The revision in our version table, as Alembic reads it (one row, or none)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    table = version_table()
+    return connection.execute(select(table.c.version_num)).scalars().first()
 
 
 def _legacy_revisions(connection: Connection) -> list[str]:
@@ -176,7 +205,7 @@ def _adoption(connection: Connection) -> list[Executable]:
         return []
     legacy, own = version_table(LEGACY_VERSION_TABLE), version_table()
     statements: list[Executable] = []
-    if _context(connection).get_current_revision() is None:
+    if _recorded(connection) is None:
         if not inspect(connection).has_table(VERSION_TABLE):
             statements.append(CreateTable(own))
         statements.append(own.insert().values(version_num=max(ours)))
@@ -191,10 +220,14 @@ def _adoption(connection: Connection) -> list[Executable]:
 
 def upgrade(database: Database, revision: str = "head") -> None:
     adopt_legacy_revision(database)
+    from alembic import command  # noqa: PLC0415 - only when migrating
+
     command.upgrade(alembic_config(database), revision)
 
 
 def downgrade(database: Database, revision: str) -> None:
+    from alembic import command  # noqa: PLC0415 - only when migrating
+
     command.downgrade(alembic_config(database), revision)
 
 
@@ -212,6 +245,8 @@ def offline_sql(database: Database, state: SchemaState) -> str:
             adoption = _adoption(connection)
     script = "".join(_literal_sql(statement, dialect) for statement in adoption)
     if state.current != state.head:
+        from alembic import command  # noqa: PLC0415 - only when migrating
+
         config = alembic_config(database)
         buffer = io.StringIO()
         config.output_buffer = buffer

@@ -13,11 +13,12 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, bindparam, exists, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, select, text, update
 
 from scheduler.model import NodeIdentity
 from scheduler.store.database import Database
 from scheduler.store.schema import nodes, runs
+from scheduler.store.wakeups import Wake, notify_on
 
 # The first half of every liveness lock's key (`pg_advisory_lock(int4, int4)`): "schd".
 LIVENESS_NAMESPACE = int.from_bytes(b"schd", "big")
@@ -25,6 +26,14 @@ LIVENESS_NAMESPACE = int.from_bytes(b"schd", "big")
 # runs were released when it went, or, if no node was alive to see it go, when a node
 # started with its name, or when their leases ran out.
 GONE_LOOKBACK_S = 600
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A node whose liveness lock another node may wait on."""
+
+    id: str
+    key: int
 
 
 def register(
@@ -83,6 +92,7 @@ def _lock_held() -> ColumnElement[bool]:
         .where(
             text(
                 "lock.locktype = 'advisory' AND lock.granted AND lock.objsubid = 2"
+                " AND lock.mode = 'ExclusiveLock'"
                 " AND lock.database = (SELECT oid FROM pg_database"
                 "                      WHERE datname = current_database())"
                 " AND lock.classid = CAST(:namespace AS oid)"
@@ -93,7 +103,8 @@ def _lock_held() -> ColumnElement[bool]:
 
 
 def _gone() -> ColumnElement[bool]:
-    """A running node that bound its liveness to a lock it no longer holds."""
+    """A running node that bound its liveness to a lock it no longer holds (a watcher's
+    shared lock on the same key, see `store.liveness.PeerWatch`, is no holder)."""
     return and_(nodes.c.stopped_at.is_(None), nodes.c.liveness_key.is_not(None), ~_lock_held())
 
 
@@ -101,6 +112,14 @@ def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
     """Ids of the running nodes (this one included) that run the same jobs as this one
     and sent a heartbeat within `alive_within` seconds, in id order; none whose
     liveness lock is gone."""
+    with database.transaction() as connection:
+        return peers_on(database, connection, node_id, alive_within)
+
+
+def peers_on(
+    database: Database, connection: Connection, node_id: str, alive_within: float
+) -> list[str]:
+    """`peers` inside a transaction of the caller's."""
     digest = select(nodes.c.jobs_digest).where(nodes.c.id == node_id).scalar_subquery()
     conditions = [
         nodes.c.jobs_digest == digest,
@@ -110,8 +129,7 @@ def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
     if database.sessions:
         conditions.append(~_gone())
     statement = select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
-    with database.transaction() as connection:
-        return list(connection.execute(statement).scalars())
+    return list(connection.execute(statement).scalars())
 
 
 def gone(database: Database) -> list[str]:
@@ -119,9 +137,36 @@ def gone(database: Database) -> list[str]:
     ended (PostgreSQL; elsewhere nothing is known before a lease runs out)."""
     if not database.sessions:
         return []
-    recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
     with database.transaction() as connection:
-        return list(connection.execute(select(nodes.c.id).where(_gone(), recent)).scalars())
+        return gone_on(database, connection)
+
+
+def gone_on(database: Database, connection: Connection) -> list[str]:
+    """`gone` inside a transaction of the caller's (PostgreSQL only)."""
+    recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
+    return list(connection.execute(select(nodes.c.id).where(_gone(), recent)).scalars())
+
+
+def watchable_on(database: Database, connection: Connection, alive_within: float) -> list[Watched]:
+    """Running nodes (any jobs) that hold their liveness lock, in id order: the ring in
+    which each node watches the next for its lock to go (PostgreSQL only)."""
+    statement = (
+        select(nodes.c.id, nodes.c.liveness_key)
+        .where(
+            nodes.c.stopped_at.is_(None),
+            nodes.c.liveness_key.is_not(None),
+            nodes.c.heartbeat_at >= database.now_plus(-alive_within),
+            _lock_held(),
+        )
+        .order_by(nodes.c.id)
+    )
+    return [Watched(row.id, row.liveness_key) for row in connection.execute(statement)]
+
+
+def own_lock_held(connection: Connection, node_id: str) -> bool:
+    """Whether this node's own liveness lock is held (by its liveness session)."""
+    statement = select(_lock_held()).select_from(nodes).where(nodes.c.id == node_id)
+    return bool(connection.execute(statement).scalar())
 
 
 def release_runs_of(database: Database, holders: Collection[str]) -> int:
@@ -137,7 +182,10 @@ def release_runs_of(database: Database, holders: Collection[str]) -> int:
         .values(lease_expires_at=now)
     )
     with database.transaction() as connection:
-        return int(connection.execute(statement).rowcount)
+        released = int(connection.execute(statement).rowcount)
+        if released:
+            notify_on(database, connection, Wake.RECOVERY)
+        return released
 
 
 @dataclass(frozen=True)
@@ -202,7 +250,16 @@ def supersede(database: Database, ids: Sequence[str]) -> int:
             .where(runs.c.holder.in_(list(ids)), runs.c.lease_expires_at > now)
             .values(lease_expires_at=now)
         )
+        if released.rowcount:
+            notify_on(database, connection, Wake.RECOVERY)
     return int(released.rowcount)
+
+
+def has_stopped(database: Database, node_id: str) -> bool:
+    """Whether the node said it stopped (a clean shutdown, not a death)."""
+    statement = select(nodes.c.stopped_at.is_not(None)).where(nodes.c.id == node_id)
+    with database.transaction() as connection:
+        return bool(connection.execute(statement).scalar())
 
 
 def mark_stopped(database: Database, node_id: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import Connection, and_, select, update
 
 from scheduler.model import Held
 from scheduler.states import Origin, RunStatus
@@ -36,29 +36,34 @@ def renew_leases(database: Database, holder: str) -> list[Held]:
     lease that has already run out by the database clock is not renewed: the run is
     anyone's then, and its old holder must learn that it lost it.
     """
+    with database.transaction() as connection:
+        return renew_on(database, connection, holder)
+
+
+def renew_on(database: Database, connection: Connection, holder: str) -> list[Held]:
+    """`renew_leases` inside a transaction of the caller's (the heartbeat's beat)."""
     now = database.now()
     held = and_(
         runs.c.holder == holder,
         runs.c.lease_expires_at >= now,
         runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value]),
     )
-    with database.transaction() as connection:
-        if database.arrays:
-            statement = (
-                update(runs)
-                .where(held)
-                .values(lease_expires_at=database.lease_until(runs.c.lease_seconds))
-                .returning(*_HELD_COLUMNS)
-            )
-            return [_held(row) for row in connection.execute(statement)]
-        found = [_held(row) for row in connection.execute(select(*_HELD_COLUMNS).where(held))]
-        for seconds in {row.lease_seconds for row in found}:
-            ids = [row.id for row in found if row.lease_seconds == seconds]
-            connection.execute(
-                update(runs)
-                .where(runs.c.id.in_(ids), held)
-                .values(lease_expires_at=database.lease_until(seconds))
-            )
+    if database.arrays:
+        statement = (
+            update(runs)
+            .where(held)
+            .values(lease_expires_at=database.lease_until(runs.c.lease_seconds))
+            .returning(*_HELD_COLUMNS)
+        )
+        return [_held(row) for row in connection.execute(statement)]
+    found = [_held(row) for row in connection.execute(select(*_HELD_COLUMNS).where(held))]
+    for seconds in {row.lease_seconds for row in found}:
+        ids = [row.id for row in found if row.lease_seconds == seconds]
+        connection.execute(
+            update(runs)
+            .where(runs.c.id.in_(ids), held)
+            .values(lease_expires_at=database.lease_until(seconds))
+        )
     return found
 
 

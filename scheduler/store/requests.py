@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from scheduler.store.database import Database
 from scheduler.store.schema import requests
+from scheduler.store.wakeups import Wake, notify_on
 
 
 class RequestKind(StrEnum):
@@ -85,6 +86,7 @@ def add(database: Database, draft: Draft) -> str:
     )
     with database.transaction() as connection:
         connection.execute(statement)
+        notify_on(database, connection, Wake.REQUEST)
     return request_id
 
 
@@ -153,6 +155,12 @@ def recent(database: Database, job: str | None = None, limit: int = 20) -> list[
         statement = statement.where(requests.c.job == job)
     with database.transaction() as connection:
         return [RequestRow(**row._mapping) for row in connection.execute(statement)]
+
+
+def any_pending_on(connection: Connection) -> bool:
+    """Whether some request waits for a node (inside a transaction of the caller's)."""
+    statement = select(requests.c.id).where(requests.c.taken_by.is_(None)).limit(1)
+    return connection.execute(statement).first() is not None
 
 
 def count_pending(database: Database) -> int:

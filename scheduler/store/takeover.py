@@ -304,6 +304,31 @@ def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> fl
     about deadlines still ahead: one already past belongs to a job no node here runs, or
     is taken by the pass that follows anyway.
     """
+    if jobs is not None and not jobs:
+        return None
+    with database.transaction() as connection:
+        return seconds_until_on(database, connection, jobs)
+
+
+def next_deadline_on(database: Database, connection: Connection) -> float | None:
+    """Seconds until the earliest lease end or retry of any job, by the database clock;
+    negative when it has passed (a pass may be due that no notice announced); None if
+    no run holds a lease or waits for a retry. For the heartbeat's read."""
+    leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
+    lease = select(func.min(runs.c.lease_expires_at)).where(leased).scalar_subquery()
+    retry = select(func.min(runs.c.retry_at)).where(runs.c.retry_at.is_not(None))
+    statement = select(lease, retry.scalar_subquery(), database.now())
+    lease_at, retry_at, now = connection.execute(statement).one()
+    deadlines = [_as_utc(moment) for moment in (lease_at, retry_at) if moment is not None]
+    if not deadlines:
+        return None
+    return (min(deadlines) - _as_utc(now)).total_seconds()
+
+
+def seconds_until_on(
+    database: Database, connection: Connection, jobs: Sequence[str] | None
+) -> float | None:
+    """`seconds_until_recovery` inside a transaction of the caller's."""
     leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
     if jobs is None:
         now = database.now()
@@ -314,16 +339,13 @@ def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> fl
         statement = select(
             lease_ahead.scalar_subquery(), retry_ahead.scalar_subquery(), database.now()
         )
-    elif not jobs:
-        return None
     else:
         statement = select(
             func.min(case((leased, runs.c.lease_expires_at), else_=null())),
             func.min(runs.c.retry_at),
             database.now(),
         ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))
-    with database.transaction() as connection:
-        lease, retry, now = connection.execute(statement).one()
+    lease, retry, now = connection.execute(statement).one()
     deadlines = [_as_utc(moment) for moment in (lease, retry) if moment is not None]
     if not deadlines:
         return None

@@ -30,6 +30,7 @@ from scheduler.store.fence import (
     mine,
 )
 from scheduler.store.schema import runs
+from scheduler.store.wakeups import RETRY_NOTIFY_SQL, Wake, notify_on
 
 _other = runs.alias("other")
 
@@ -270,7 +271,7 @@ _FINISH_POSTGRES = text(
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({ACTIVE_SQL})) IS TRUE
       AND (NOT done.waiting_only OR run.status = 'claimed')
-    RETURNING run.id, run.attempt, run.holder
+    RETURNING run.id, run.attempt, run.holder, {RETRY_NOTIFY_SQL}
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 
@@ -291,7 +292,7 @@ def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list
         "error_messages": [failure.message if failure else None for failure in failures],
         "error_tracebacks": [failure.traceback if failure else None for failure in failures],
     }
-    applied = {tuple(row) for row in connection.execute(_FINISH_POSTGRES, parameters)}
+    applied = {tuple(row)[:3] for row in connection.execute(_FINISH_POSTGRES, parameters)}
     written = [fence_of(outcome.claim) in applied for outcome in outcomes]
     refused = [outcome for outcome, ok in zip(outcomes, written, strict=True) if not ok]
     if refused:
@@ -310,4 +311,7 @@ def release(database: Database, claim: Claim, *, after: float = 0.0) -> bool:
         .values(lease_expires_at=database.lease_until(after) if after else None)
     )
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        released = connection.execute(statement).rowcount == 1
+        if released and not after:
+            notify_on(database, connection, Wake.RECOVERY)
+        return released

@@ -70,6 +70,10 @@ def test_a_killed_holder_is_noticed_in_about_a_second(tmp_path: Path, postgres_u
     assert codes == [0, 0]
     delay = _when(retaken) - killed_at
     assert delay <= 2.5, f"the killed period was retaken {delay:.1f} s after the kill"
+    # Noticed by the watch on its liveness lock, not by anyone asking the database.
+    seen = [e for node in others for e in node.events() if e.get("event") == "node_gone_seen"]
+    victim_id = next(e["node"] for e in victim.events() if e.get("event") == "node_started")
+    assert [e["watched"] for e in seen] == [victim_id]
     period = datetime.fromisoformat(str(started["period"]))
     later = [
         row

@@ -154,6 +154,8 @@ def test_two_nodes_through_transaction_pooling_run_each_period_once(
     for node in nodes:
         (mode,) = [e for e in node.events() if e.get("event") == "liveness_mode"]
         assert mode["mode"] == "lease", "behind a pooler a session lock means nothing"
+        (wakeups,) = [e for e in node.events() if e.get("event") == "wakeups"]
+        assert wakeups["mode"] == "poll", "behind a pooler no session can LISTEN: it polls"
         text = node.log_path.read_text()
         for trouble in ("prepared statement", "claim_failed", "database_unavailable", "Traceback"):
             assert trouble not in text, f"{node.log_path.name}: {trouble}\n{text[-3000:]}"

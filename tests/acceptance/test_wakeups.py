@@ -1,0 +1,90 @@
+"""Wake-ups instead of polling: a node on PostgreSQL sleeps until another writer tells it
+(NOTIFY) or its heartbeat reads a deadline; on SQLite it polls and says so."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.acceptance.processes import Node, start_node
+
+pytestmark = [pytest.mark.slow]
+
+
+def _wakeups(node: Node) -> dict[str, object]:
+    return node.wait_for(lambda event: event.get("event") == "wakeups")
+
+
+def _retaken(node: Node, run_id: str, timeout: float) -> dict[str, object]:
+    return node.wait_for(
+        lambda e: e.get("event") == "run_retaken" and e.get("run_id") == run_id,
+        timeout=timeout,
+    )
+
+
+def _when(event: dict[str, object]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def _first_failure(node: Node) -> dict[str, object]:
+    return node.wait_for(
+        lambda e: e.get("event") == "run_failed" and e.get("attempt") == 1, timeout=45
+    )
+
+
+@pytest.mark.postgres
+def test_a_retry_wakes_the_recovery_loop_at_once(tmp_path: Path, postgres_url: str) -> None:
+    """A failed attempt's outcome notifies as it is written; the recovery loop, asleep
+    with nothing due, takes the retry a second later: well before the next heartbeat
+    (every 10 s with this lease) could have told it, let alone its sweep (300 s)."""
+    log = str(tmp_path / "x")
+    node = start_node(tmp_path, "sleeper", postgres_url, "woken_soon", EXECUTION_LOG=log)
+    try:
+        assert _wakeups(node)["mode"] == "events"
+        failed = _first_failure(node)
+        retaken = _retaken(node, str(failed["run_id"]), timeout=20)
+        assert _when(retaken) - _when(failed) < 4, "the retry waited for a heartbeat"
+    finally:
+        assert node.stop() == 0
+
+
+@pytest.mark.postgres
+def test_a_change_no_one_announced_is_found_by_the_next_heartbeat(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A retry made due behind every node's back (an UPDATE that notifies no one) is
+    taken all the same: each heartbeat reads the next deadline anywhere (every 2 s
+    here, from the job's 6 s lease)."""
+    log = str(tmp_path / "x")
+    node = start_node(tmp_path, "sleeper", postgres_url, "woken_later", EXECUTION_LOG=log)
+    try:
+        assert _wakeups(node)["mode"] == "events"
+        failed = _first_failure(node)
+        time.sleep(1)
+        with psycopg.connect(postgres_url, autocommit=True) as connection:
+            changed = connection.execute(
+                "UPDATE scheduler_runs SET retry_at = statement_timestamp() WHERE id = %s",
+                (failed["run_id"],),
+            ).rowcount
+        assert changed == 1
+        moved = time.time()
+        retaken = _retaken(node, str(failed["run_id"]), timeout=20)
+        assert _when(retaken) - moved < 2 * 2 + 1, "not found by the next heartbeat"
+    finally:
+        assert node.stop() == 0
+
+
+def test_on_sqlite_a_node_polls_and_says_so(tmp_path: Path, sqlite_url: str) -> None:
+    node = start_node(
+        tmp_path, "alone", sqlite_url, "woken_soon", EXECUTION_LOG=str(tmp_path / "x")
+    )
+    try:
+        wakeups = _wakeups(node)
+        assert wakeups["mode"] == "poll"
+        assert "SQLite" in str(wakeups["why"])
+    finally:
+        assert node.stop() == 0
