@@ -83,3 +83,17 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+def first_seen(database_url: str, job: str) -> datetime:
+    """When a node first registered the job: the start of the history it is owed."""
+    database = open_database(database_url)
+    try:
+        with database.transaction() as connection:
+            moment = connection.execute(
+                select(jobs.c.first_seen).where(jobs.c.name == job)
+            ).scalar_one()
+    finally:
+        database.dispose()
+    assert isinstance(moment, datetime)
+    return moment
