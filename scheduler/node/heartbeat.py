@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from structlog.typing import FilteringBoundLogger
 
+from scheduler import metrics
 from scheduler.model import SILENT_BEATS
 from scheduler.node.clock import SKEW_WARNING, Clock
 from scheduler.node.peers import Peers
@@ -80,7 +81,9 @@ class Heartbeat(SideThread):
             self.find_peers()
         except StoreError as error:
             self._log.warning("heartbeat_failed", error=error.message)
+            metrics.record_heartbeat(landed=False)
             return
+        metrics.record_heartbeat(landed=True)
         self.last_beat = sent
 
     def find_peers(self) -> None:
