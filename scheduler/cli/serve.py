@@ -26,6 +26,7 @@ from scheduler.config import (
     node_identity,
     parse_option_duration,
 )
+from scheduler.alerting import environment as alerting_environment
 from scheduler.errors import SchemaOutdatedError, UserError
 from scheduler.node import registration
 from scheduler.node.daemon import SIDE_CONNECTIONS, Daemon, DaemonSettings
@@ -147,6 +148,7 @@ def run(
         summary_interval=parse_option_duration("--summary-interval", summary_interval) or None,
     )
     node = node_identity(node_name)
+    observers = alerting_environment.configure(os.environ)
     database, jobs = prepare(
         database_url,
         jobs_modules,
@@ -157,7 +159,7 @@ def run(
         application_name=f"scheduler {node.name}",
     )
     registration.register(database, jobs)
-    daemon = Daemon(database, jobs, node, settings)
+    daemon = Daemon(database, jobs, node, settings, observers=observers)
     install_signal_handlers(daemon.request_stop)
     if server is not None:
         server.start(database, daemon.heartbeat)

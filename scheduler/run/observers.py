@@ -9,45 +9,16 @@ is logged (`observer_failed`) and never reaches the run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler.model import Claim, Failure
+from scheduler.alerting.observer import Ending, RunObserver, Watch
+from scheduler.model import Claim
 from scheduler.registry import Job
-from scheduler.states import RunStatus
 
-
-@dataclass(frozen=True)
-class Ending:
-    """How an attempt ended, as an observer needs it. `written`: the outcome landed (False
-    when the run was no longer this attempt's); `final`: no retry is to come."""
-
-    status: RunStatus
-    failure: Failure | None
-    final: bool
-    written: bool
-    duration_ms: int | None
-
-
-class Watch(Protocol):
-    """One observer's watch over one attempt."""
-
-    @property
-    def fields(self) -> Mapping[str, str]:
-        """Fields for every log line of the run (a trace's ids); empty for none."""
-
-    def current(self) -> contextlib.AbstractContextManager[None]:
-        """Entered around the call, in the thread that makes it."""
-
-    def ended(self, ending: Ending) -> None: ...
-
-
-class RunObserver(Protocol):
-    def started(self, job: Job, claim: Claim, node: str) -> Watch | None:
-        """The attempt's function is about to be called here; None to not watch it."""
+__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin"]
 
 
 @dataclass
