@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from scheduler.cli import console, items, repair, serve, views
+from scheduler.cli import console, events, items, repair, serve, views
 from scheduler.cli.options import Group
 from scheduler.config import DISTRIBUTION
 
@@ -33,6 +33,7 @@ for command in (
     views.list_runs,
     views.list_nodes,
     views.check,
+    events.list_events,
     items.list_items,
     items.prune,
     console.serve_console,

@@ -9,6 +9,7 @@ import click
 
 from scheduler import http as operations_http
 from scheduler import logs, metrics
+from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     BEHIND,
     database_option,
@@ -26,7 +27,6 @@ from scheduler.config import (
     node_identity,
     parse_option_duration,
 )
-from scheduler.alerting import environment as alerting_environment
 from scheduler.errors import SchemaOutdatedError, UserError
 from scheduler.node import registration
 from scheduler.node.daemon import SIDE_CONNECTIONS, Daemon, DaemonSettings
