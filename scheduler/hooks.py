@@ -116,7 +116,7 @@ def name_of(hook: Hook) -> str:
 
 
 def max_tries(hooks: Iterable[Hook], default: int) -> int:
-    """How many delivery tries an event gets: the most any of its hooks asks for
-    (`max_tries`, a webhook's retries plus one), or the default."""
+    """How many delivery tries an event gets: the most its hooks ask for, each its own
+    `max_tries` (a webhook's retries plus one) or the default."""
     asked = [getattr(hook, "max_tries", None) for hook in hooks]
-    return max([default, *(n for n in asked if isinstance(n, int))])
+    return max([n if isinstance(n, int) else default for n in asked] or [default])

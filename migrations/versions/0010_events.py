@@ -36,7 +36,9 @@ def upgrade() -> None:
         sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("delivered_to", sa.Text(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.PrimaryKeyConstraint("job", "period", "kind", "subject", name=op.f("pk_scheduler_events")),
+        sa.PrimaryKeyConstraint(
+            "job", "period", "kind", "subject", name=op.f("pk_scheduler_events")
+        ),
     )
     op.create_index(
         op.f("ix_scheduler_events_state_next_try_at"),

@@ -102,11 +102,11 @@ class Webhook:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
                 status = response.status
         except urllib.error.HTTPError as error:
-            raise WebhookError(f"{self.hook_name} answered {error.code}") from None
+            raise WebhookError(f"answered {error.code}") from None
         except (urllib.error.URLError, OSError) as error:
-            raise WebhookError(f"{self.hook_name}: {error}") from None
+            raise WebhookError(str(error)) from None
         if not 200 <= status < 300:
-            raise WebhookError(f"{self.hook_name} answered {status}")
+            raise WebhookError(f"answered {status}")
 
 
 def slack_text(event: Event) -> str:
