@@ -5,6 +5,7 @@ skips, catch-up's missed periods; and one node takes each delivery try."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from scheduler.model import Claim, Due, Entry, Failure, Finish
 from scheduler.states import Delivery, EventKind, Origin, Reason, RunStatus
@@ -102,8 +103,10 @@ def test_catch_up_missing_a_day_of_periods_is_one_missed_event(database: Databas
     paused = [
         Entry(PERIOD - timedelta(seconds=n + 1), RunStatus.SKIPPED, Reason.PAUSED) for n in range(3)
     ]
-    args = {"holder": NODE, "lease_seconds": 30.0, "origin": Origin.CATCHUP}
-    periods.write(database, "tick", missed + paused, **args)
+    write = partial(
+        periods.write, database, "tick", holder=NODE, lease_seconds=30.0, origin=Origin.CATCHUP
+    )
+    write(missed + paused)
     (row,) = stored_events.recent(database, job="tick")
     assert row.event.kind is EventKind.MISSED
     assert row.event.period == PERIOD
@@ -111,7 +114,7 @@ def test_catch_up_missing_a_day_of_periods_is_one_missed_event(database: Databas
     assert row.event.detail is not None
     assert row.event.detail.startswith("500 period(s) missed (window)")
     # Another node writing the same periods finds them written: nothing new.
-    periods.write(database, "tick", missed, **args)
+    write(missed)
     assert len(stored_events.recent(database, job="tick")) == 1
 
 
