@@ -194,7 +194,7 @@ def test_sentry_check_ins_follow_the_period_not_the_attempt(
     seen = sorted((c["monitor_slug"], c["status"], c["check_in_id"]) for c in sentry.check_ins())
     cleanup_row = queries.run_mapping(database, "cleanup", PERIOD)
     assert cleanup_row is not None
-    export_id, cleanup_id = check_in_id(retaken.id), check_in_id(cleanup_row["id"])
+    export_id, cleanup_id = check_in_id(retaken.id), check_in_id(str(cleanup_row["id"]))
     # Attempt 1 of the export failed with a retry to come: no check-in for it; attempt 2
     # did not send a second in_progress.
     assert seen == [
