@@ -15,6 +15,7 @@ Sentry never holds a run.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import re
@@ -132,3 +133,5 @@ def init_from_dsn(dsn: str, environment: str | None = None) -> None:
         auto_enabling_integrations=False,
         traces_sample_rate=0.0,
     )
+    # The SDK sends from a thread of its own; what is queued still goes at exit.
+    atexit.register(sentry_sdk.flush, 2.0)
