@@ -88,7 +88,7 @@ def test_bad_alerting_input_is_refused_in_one_line(
     tmp_path: Path, sqlite_url: str, module: str, env: dict[str, str], expected: list[str]
 ) -> None:
     result = run_command(
-        ["run", "--database-url", sqlite_url, "--jobs", jobmods(module)], tmp_path, **env
+        ["run", "--database-url", sqlite_url, "--jobs", jobmods(module)], tmp_path, 60, **env
     )
     assert result.returncode == 2, result.stderr + result.stdout
     lines = result.stderr.strip().splitlines()
