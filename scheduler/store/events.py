@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, update
+from sqlalchemy import Connection, and_, delete, exists, func, or_, select, tuple_, update
 
 from scheduler.instants import utc_text
 from scheduler.model import Claim, Event, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.schema import events, runs
+from scheduler.store.schema import events, items, runs
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
 # Skips an operator asked for (a pause) are not news to anyone.
@@ -400,3 +400,34 @@ def count_by_state(database: Database) -> dict[str, int]:
     statement = select(events.c.state, func.count()).group_by(events.c.state)
     with database.transaction() as connection:
         return {state: int(count) for state, count in connection.execute(statement)}
+
+
+def _prunable(cutoff: datetime) -> Any:
+    """Settled before the cutoff; a stuck item's event stays while the item is still
+    claimed (the once-a-minute look would otherwise record, and send, it again)."""
+    still_stuck = exists().where(
+        items.c.job == events.c.job,
+        items.c.key == events.c.subject,
+        items.c.state == "claimed",
+    )
+    return and_(
+        events.c.created_at < cutoff,
+        events.c.state != Delivery.PENDING.value,
+        or_(events.c.kind != EventKind.STUCK_ITEM.value, ~still_stuck),
+    )
+
+
+def prune(database: Database, cutoff: datetime, batch: int, *, dry_run: bool = False) -> int:
+    """Delete (or count) one batch of settled events from before the cutoff."""
+    if dry_run:
+        with database.transaction() as connection:
+            statement = select(func.count()).select_from(events).where(_prunable(cutoff))
+            return int(connection.execute(statement).scalar_one())
+    key = tuple_(events.c.job, events.c.period, events.c.kind, events.c.subject)
+    chosen = (
+        select(events.c.job, events.c.period, events.c.kind, events.c.subject)
+        .where(_prunable(cutoff))
+        .limit(batch)
+    )
+    with database.transaction() as connection:
+        return connection.execute(delete(events).where(key.in_(chosen))).rowcount

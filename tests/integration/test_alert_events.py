@@ -4,15 +4,21 @@ skips, catch-up's missed periods; and one node takes each delivery try."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
+import structlog
+
 from scheduler.model import Claim, Due, Entry, Failure, Finish
+from scheduler.node.alerts import Alerts
+from scheduler.registry import job
 from scheduler.states import Delivery, EventKind, Origin, Reason, RunStatus
-from scheduler.store import claims, periods, writes
+from scheduler.store import claims, periods, prune, writes
 from scheduler.store import events as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import Database
+from scheduler.store.schema import items as items_table
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NODE = "node-a"
@@ -146,3 +152,50 @@ def test_one_node_takes_each_delivery_try(database: Database) -> None:
         "hook-two: down",
     )
     assert stored_events.due(database, ["another-job"]) == []
+
+
+def test_stuck_items_are_one_event_each_and_outlive_retention_while_stuck(
+    database: Database,
+) -> None:
+    claim = _held(database, "ledger", PERIOD)
+    with database.transaction() as connection:
+        connection.execute(
+            items_table.insert().values(
+                job="ledger",
+                key="invoice-7",
+                state="claimed",
+                period=PERIOD,
+                run_id=claim.id,
+                attempt=1,
+                node=NODE,
+                claimed_at=PERIOD,
+            )
+        )
+    writes.record(database, [Finish(claim, RunStatus.FAILED, 1, BOOM)], [])
+    ledger = job(cron="* * * * *", name="ledger")(lambda: None)
+    scanner = Alerts(
+        database=database,
+        jobs={"ledger": ledger},
+        node_id=NODE,
+        stop=threading.Event(),
+        log=structlog.get_logger(),
+    )
+    scanner.record_stuck()
+    scanner.record_stuck()  # another pass, or another node: the key holds
+    stuck = [
+        row
+        for row in stored_events.recent(database, job="ledger")
+        if row.event.kind is EventKind.STUCK_ITEM
+    ]
+    assert [row.event.key for row in stuck] == ["ledger/2026-11-30T12:00:00Z/stuck_item/invoice-7"]
+    for row in stored_events.recent(database, job="ledger"):
+        assert stored_events.take(database, row, NODE, 60)
+        stored_events.settle(
+            database, row, NODE, state=Delivery.DELIVERED, delivered_to=["x"], error=None
+        )
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert prune.prune(database, later, dry_run=True).events == 1  # the failure, not the item
+    assert prune.prune(database, later).events == 1
+    assert [row.event.kind for row in stored_events.recent(database, job="ledger")] == [
+        EventKind.STUCK_ITEM
+    ]
