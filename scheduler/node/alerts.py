@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
@@ -107,13 +107,24 @@ class Alerts(SideThread):
             if time.monotonic() >= self._next_stuck_scan:
                 self._next_stuck_scan = time.monotonic() + STUCK_SCAN_S
                 self.record_stuck()
-            for row in store.due(self._database, self._jobs):
-                if self._stop.is_set():
-                    break
-                self.deliver(row)
+            self._deliver_all(self._stop.is_set)
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
         return POLL_S
+
+    def _deliver_all(self, stopping: Callable[[], bool]) -> None:
+        for row in store.due(self._database, self._jobs):
+            if stopping():
+                break
+            self.deliver(row)
+
+    def deliver_due(self) -> None:
+        """One pass over what is due now, without the thread (a one-shot command about to
+        exit: what fails here waits for the next one, or a daemon)."""
+        try:
+            self._deliver_all(lambda: False)
+        except StoreError as error:
+            self._log.warning("alerts_failed", error=error.message)
 
     def record_stuck(self) -> None:
         found = stored_items.list_items(self._database, None, stuck_only=True, limit=STUCK_LIMIT)

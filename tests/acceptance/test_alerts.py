@@ -98,3 +98,31 @@ def test_bad_alerting_input_is_refused_in_one_line(
         assert fragment in lines[0], lines[0]
     assert table_counts(sqlite_url)["scheduler_runs"] == 0
     assert table_counts(sqlite_url)["scheduler_jobs"] == 0
+
+
+def test_run_once_sends_its_own_alerts_before_it_exits(tmp_path: Path, sqlite_url: str) -> None:
+    """A CronJob alone runs the job (no daemon): the failure of its last attempt is
+    delivered by the one-shot process itself, and Sentry hears of the period."""
+    with receiver() as webhook, receiver() as sentry:
+        port = sentry.url.rsplit(":", 1)[1]
+        result = run_command(
+            [
+                "run-once",
+                "always-fails",
+                "--database-url",
+                sqlite_url,
+                "--jobs",
+                jobmods("failing"),
+            ],
+            tmp_path,
+            60,
+            SCHEDULER_WEBHOOK_URL=webhook.url,
+            SCHEDULER_WEBHOOK_EVENTS="failed,retrying",
+            SCHEDULER_SENTRY_DSN=f"http://public@127.0.0.1:{port}/7",
+            EXECUTION_LOG=str(tmp_path / "executions.txt"),
+        )
+        assert result.returncode == 1, result.stdout + result.stderr
+        kinds = Counter(request.json()["kind"] for request in webhook.requests)
+        assert kinds == {"retrying": 2, "failed": 1}
+        wait_until(lambda: len(sentry.check_ins()) >= 2)
+        assert sorted(c["status"] for c in sentry.check_ins()) == ["error", "in_progress"]
