@@ -4,6 +4,7 @@ bad alerting input is refused in one line before anything is written."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -126,3 +127,22 @@ def test_run_once_sends_its_own_alerts_before_it_exits(tmp_path: Path, sqlite_ur
         assert kinds == {"retrying": 2, "failed": 1}
         wait_until(lambda: len(sentry.check_ins()) >= 2)
         assert sorted(c["status"] for c in sentry.check_ins()) == ["error", "in_progress"]
+    listed = run_command(["events", "--database-url", sqlite_url, "--json"], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    records = json.loads(listed.stdout)
+    assert sorted((r["kind"], r["state"]) for r in records) == [
+        ("failed", "delivered"),
+        ("retrying", "delivered"),
+        ("retrying", "delivered"),
+    ]
+    period = records[0]["period"]
+    shown = run_command(
+        ["runs", "show", "always-fails", period, "--database-url", sqlite_url, "--json"], tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)["alerts"]) == 3
+    text = run_command(
+        ["runs", "show", "always-fails", period, "--database-url", sqlite_url], tmp_path
+    )
+    assert "alerts:" in text.stdout
+    assert "failed     delivered" in text.stdout
