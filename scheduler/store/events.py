@@ -20,7 +20,7 @@ from scheduler.instants import utc_text
 from scheduler.model import Claim, Event, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.schema import events, items, runs
+from scheduler.store.schema import events, items
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
 # Skips an operator asked for (a pause) are not news to anyone.
@@ -63,7 +63,7 @@ def of_finish(outcome: Finish) -> list[Candidate]:
     attempt = str(claim.attempt)
     found: list[Candidate] = []
     if status is RunStatus.SUCCEEDED:
-        # Kept only if the job's previous settled period failed (decided in the write).
+        # Kept only after an unrecovered `failed` of the job (decided in the write).
         found.append(Candidate(claim.id, EventKind.RECOVERED))
     if status is RunStatus.TIMED_OUT:
         found.append(Candidate(claim.id, EventKind.TIMED_OUT, attempt, detail=detail))
@@ -122,19 +122,19 @@ def insert(
 
 
 def failed_before(connection: Connection, claim: Claim) -> bool:
-    """Whether the job's settled period before this one failed (SQLite's form of the
-    `recovered` test that PostgreSQL's finish statement makes in SQL)."""
-    settled = or_(
-        runs.c.status == RunStatus.SUCCEEDED.value,
-        and_(runs.c.status.in_(FAILING), runs.c.retry_at.is_(None)),
-    )
+    """Whether the job's newest `failed` or `recovered` event before this period is a
+    `failed` one (SQLite's form of the test PostgreSQL's finish statement makes)."""
     statement = (
-        select(runs.c.status)
-        .where(runs.c.job == claim.job, runs.c.period < claim.period, settled)
-        .order_by(runs.c.period.desc())
+        select(events.c.kind)
+        .where(
+            events.c.job == claim.job,
+            events.c.period < claim.period,
+            events.c.kind.in_([EventKind.FAILED.value, EventKind.RECOVERED.value]),
+        )
+        .order_by(events.c.period.desc(), events.c.kind)
         .limit(1)
     )
-    return connection.execute(statement).scalar() in FAILING
+    return connection.execute(statement).scalar() == EventKind.FAILED.value
 
 
 def finished(database: Database, connection: Connection, outcome: Finish) -> None:

@@ -252,7 +252,8 @@ def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) ->
 
 # The outcome's events travel with it (candidates as arrays): the statement keeps those
 # of the rows it wrote, so an event lands exactly when its outcome does. `recovered` is
-# kept only where the job's settled period before this one failed.
+# kept only where the job's newest `failed` or `recovered` event before this period is
+# a `failed` one: looked up among the job's events, which are few, not its runs.
 _FINISH_POSTGRES = text(
     f"""
     WITH done AS (
@@ -287,11 +288,10 @@ _FINISH_POSTGRES = text(
          AS candidate(id, kind, subject, detail)
     JOIN done ON done.id = candidate.id
     WHERE candidate.kind <> 'recovered' OR (
-        SELECT before.status IN ('failed', 'timed_out') FROM {runs.name} AS before
+        SELECT before.kind = 'failed' FROM {events.name} AS before
         WHERE before.job = done.job AND before.period < done.period
-          AND (before.status = 'succeeded'
-               OR (before.status IN ('failed', 'timed_out') AND before.retry_at IS NULL))
-        ORDER BY before.period DESC LIMIT 1) IS TRUE
+          AND before.kind IN ('failed', 'recovered')
+        ORDER BY before.period DESC, before.kind LIMIT 1) IS TRUE
     ON CONFLICT DO NOTHING
     )
     SELECT id, attempt, holder FROM done
