@@ -37,7 +37,7 @@ from scheduler.config import DISTRIBUTION
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
 from scheduler.states import ACTIVE_STATUSES, Delivery, Origin, RunStatus
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 from scheduler.store import items as stored_items
 from scheduler.store import queries
 from scheduler.store.database import Database

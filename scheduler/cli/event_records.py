@@ -6,7 +6,7 @@ from typing import Any
 
 from scheduler import views
 from scheduler.states import Delivery
-from scheduler.store.events import EventRow
+from scheduler.store.deliveries import EventRow
 
 
 def event_record(row: EventRow) -> dict[str, Any]:

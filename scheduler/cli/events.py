@@ -10,7 +10,7 @@ from scheduler.cli.options import database_option
 from scheduler.cli.views import emit, json_option, reading
 from scheduler.config import parse_period
 from scheduler.states import Delivery
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 
 
 @click.command(name="events")

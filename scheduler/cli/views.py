@@ -23,7 +23,7 @@ from scheduler.cli.options import Command, database_option
 from scheduler.durations import format_duration
 from scheduler.model import ONE_SHOT
 from scheduler.states import RunStatus
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
 from scheduler.store.database import Database, open_database

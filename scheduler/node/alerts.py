@@ -26,10 +26,11 @@ from scheduler.hooks import Hook
 from scheduler.model import Event
 from scheduler.registry import Job
 from scheduler.states import Delivery
-from scheduler.store import events as store
+from scheduler.store import deliveries as store
+from scheduler.store import events as born
 from scheduler.store import items as stored_items
 from scheduler.store.database import Database
-from scheduler.store.events import EventRow
+from scheduler.store.deliveries import EventRow
 from scheduler.store.faults import StoreError
 from scheduler.supervision import SideThread
 
@@ -128,7 +129,7 @@ class Alerts(SideThread):
 
     def record_stuck(self) -> None:
         found = stored_items.list_items(self._database, None, stuck_only=True, limit=STUCK_LIMIT)
-        store.stuck(
+        born.stuck(
             self._database,
             [
                 (row.job, row.period, row.key, row.run_id, row.attempt)

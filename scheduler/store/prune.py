@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, tuple_
 
 from scheduler.states import RunStatus
-from scheduler.store import events as alert_events
+from scheduler.store import deliveries as alert_events
 from scheduler.store.database import Database
 from scheduler.store.fence import ACTIVE
 from scheduler.store.items import ItemState

@@ -13,7 +13,7 @@ import pytest
 
 from scheduler.alerting.webhook import verify_signature
 from scheduler.states import Delivery
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 from scheduler.store.database import open_database
 from tests.acceptance.processes import jobmods, run_command, start_node
 from tests.acceptance.records import run_rows, table_counts

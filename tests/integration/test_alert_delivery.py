@@ -20,7 +20,7 @@ from scheduler.node.alerts import Alerts
 from scheduler.registry import Job, job
 from scheduler.states import Delivery, RunStatus
 from scheduler.store import claims, writes
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 from scheduler.store.database import Database
 from tests.receivers import receiver
 from tests.waiting import wait_until

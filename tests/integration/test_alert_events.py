@@ -15,7 +15,7 @@ from scheduler.node.alerts import Alerts
 from scheduler.registry import job
 from scheduler.states import Delivery, EventKind, Origin, Reason, RunStatus
 from scheduler.store import claims, periods, prune, writes
-from scheduler.store import events as stored_events
+from scheduler.store import deliveries as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import Database
 from scheduler.store.schema import items as items_table
