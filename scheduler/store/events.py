@@ -191,8 +191,22 @@ def passed_over(
     """Periods catch-up wrote as missed or skipped, in its transaction: one event per status
     and reason for the whole write (a day of missed seconds is one alert, not 86,400),
     named by its first period. Pauses are left out."""
+    merged: dict[tuple[str, str | None], PassedOver] = {}
+    for part in groups:  # PostgreSQL answers a group per chunk of 10,000 periods
+        seen = merged.get((part.status, part.reason))
+        merged[part.status, part.reason] = (
+            part
+            if seen is None
+            else PassedOver(
+                part.status,
+                part.reason,
+                min(seen.first, part.first),
+                max(seen.last, part.last),
+                seen.count + part.count,
+            )
+        )
     rows = []
-    for group in groups:
+    for group in merged.values():
         if group.reason is not None and Reason(group.reason) in QUIET_REASONS:
             continue
         kind = EventKind.MISSED if group.status == RunStatus.MISSED.value else EventKind.SKIPPED
