@@ -106,7 +106,9 @@ def hooks_for(
 
 
 def name_of(hook: Hook) -> str:
-    """A stable name for a hook, the same on every node: what `delivered_to` records."""
+    """A stable name for a hook, the same on every node: what `delivered_to` records.
+    Its `hook_name`, else its module and qualified name (two lambdas of one function
+    share a name, and the second of them is dropped)."""
     explicit = getattr(hook, "hook_name", None)
     if isinstance(explicit, str):
         return explicit
