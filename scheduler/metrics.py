@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -36,7 +36,8 @@ from scheduler import check
 from scheduler.config import DISTRIBUTION
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
-from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
+from scheduler.states import ACTIVE_STATUSES, Delivery, Origin, RunStatus
+from scheduler.store import deliveries as stored_events
 from scheduler.store import items as stored_items
 from scheduler.store import queries
 from scheduler.store.database import Database
@@ -90,6 +91,29 @@ LEASES_LOST = Counter(
     "scheduler_leases_lost",
     "Runs this node stopped treating as its own because their lease could not be renewed.",
     ["job"],
+    registry=REGISTRY,
+)
+FINAL_FAILURES = Counter(
+    "scheduler_final_failures",
+    "Periods whose last attempt failed or timed out on this node, with no retry left.",
+    ["job"],
+    registry=REGISTRY,
+)
+HEARTBEAT_FAILURES = Counter(
+    "scheduler_heartbeat_failures",
+    "Heartbeats of this node that the database did not take (its leases were not renewed).",
+    registry=REGISTRY,
+)
+HEARTBEAT_SUCCESS = Gauge(
+    "scheduler_heartbeat_last_success_timestamp_seconds",
+    "When this node's heartbeat last landed (Unix time, this host's clock).",
+    registry=REGISTRY,
+)
+ALERT_DELIVERIES = Counter(
+    "scheduler_alert_deliveries",
+    "Alert event delivery tries of this node: delivered, retrying (a hook failed, tried "
+    "again later) or gave_up (tries ran out).",
+    ["outcome"],
     registry=REGISTRY,
 )
 
@@ -147,6 +171,21 @@ def record_lease_lost(job: str) -> None:
     LEASES_LOST.labels(job).inc()
 
 
+def record_final_failure(job: str) -> None:
+    FINAL_FAILURES.labels(job).inc()
+
+
+def record_heartbeat(landed: bool) -> None:
+    if landed:
+        HEARTBEAT_SUCCESS.set_to_current_time()
+    else:
+        HEARTBEAT_FAILURES.inc()
+
+
+def record_delivery(outcome: str) -> None:
+    ALERT_DELIVERIES.labels(outcome).inc()
+
+
 class DatabaseCollector(Collector):
     """Gauges read from the database at scrape time: the same answers as `scheduler check`."""
 
@@ -175,6 +214,7 @@ class Readings:
     missed: Mapping[str, int]
     stuck: Mapping[str, int]
     running: Mapping[str, int]
+    alert_events: Mapping[str, int]
 
     @classmethod
     def read(cls, database: Database) -> Readings:
@@ -190,6 +230,7 @@ class Readings:
             ),
             stuck=collections.Counter(row.job for row in stuck_items),
             running=queries.count_by_job(database, ACTIVE_STATUSES),
+            alert_events=stored_events.count_by_state(database),
         )
 
     def families(self) -> list[Metric]:
@@ -207,10 +248,19 @@ class Readings:
         for job, success in sorted(self.successes.items()):
             if success.finished_at is not None:
                 last.add_metric([job], success.finished_at.timestamp())
+        alerts = GaugeMetricFamily(
+            "scheduler_alert_events",
+            "Alert events kept in the database, by delivery state (pending, delivered, "
+            "failed, unrouted).",
+            labels=["state"],
+        )
+        for state in Delivery:
+            alerts.add_metric([state.value], self.alert_events.get(state.value, 0))
         watched = self.report.watched
         return [
             overdue,
             last,
+            alerts,
             _per_job(
                 "scheduler_missed_periods",
                 "Periods recorded missed (older than the job's catch-up window) in the last day.",

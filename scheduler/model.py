@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from scheduler.states import Origin, Reason, RunStatus
+from scheduler.instants import utc_text
+from scheduler.states import EventKind, Origin, Reason, RunStatus
 
 # (run id, attempt): the fencing pair that names one attempt of a run.
 RunKey = tuple[str, int]
@@ -247,3 +248,41 @@ class PauseRow:
     job: str
     paused_at: datetime
     resumed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something an alert hook hears about, once per fleet: `key` names it for good, so a
+    receiver that gets it twice (delivery is at least once) can tell."""
+
+    job: str
+    period: datetime
+    kind: EventKind
+    subject: str = ""
+    run_id: str | None = None
+    attempt: int | None = None
+    reason: str | None = None
+    detail: str | None = None
+    created_at: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        """`job/2026-12-01T12:05:00Z/kind`, then `/subject` when the kind has several
+        events a period (a retry's attempt, a stuck item's key)."""
+        base = f"{self.job}/{utc_text(self.period)}/{self.kind.value}"
+        return f"{base}/{self.subject}" if self.subject else base
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (the webhook's payload)."""
+        return {
+            "key": self.key,
+            "kind": self.kind.value,
+            "job": self.job,
+            "period": utc_text(self.period),
+            "subject": self.subject or None,
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "detail": self.detail,
+            "created_at": utc_text(self.created_at) if self.created_at else None,
+        }

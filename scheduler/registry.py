@@ -12,8 +12,8 @@ import inspect
 import pkgutil
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -23,8 +23,10 @@ from scheduler import policy as policy_fields
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import Duration
 from scheduler.errors import JobDefinitionError, ScheduleError, UserError
+from scheduler.hooks import Hook, job_hooks
 from scheduler.model import Due, lock_key
 from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
+from scheduler.states import EventKind
 
 # Every option's default is the Policy's own: one source.
 DEFAULTS = Policy()
@@ -40,6 +42,8 @@ class Job:
     policy: Policy
     is_async: bool
     takes_context: bool
+    # The job's own alert hooks by event kind (`@job(on=...)`); global ones are extra.
+    hooks: Mapping[EventKind, tuple[Hook, ...]] = field(default_factory=dict, compare=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The decorated function stays callable as before, e.g. from a test."""
@@ -76,6 +80,7 @@ def job(
     catchup_window: Duration = DEFAULTS.catchup_window,
     catchup_limit: int = DEFAULTS.catchup_limit,
     jitter: Duration = DEFAULTS.jitter,
+    on: Mapping[str, Hook | Iterable[Hook]] | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
 
@@ -107,6 +112,7 @@ def job(
             policy=policy,
             is_async=inspect.iscoroutinefunction(func),
             takes_context=_takes_context(job_name, func),
+            hooks=job_hooks(job_name, on),
         )
 
     return register

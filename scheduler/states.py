@@ -37,3 +37,24 @@ class Origin(StrEnum):
     CATCHUP = "catchup"
     MANUAL = "manual"
     BACKFILL = "backfill"
+
+
+class EventKind(StrEnum):
+    """What an alert hook hears about (the `kind` of `scheduler_events`)."""
+
+    FAILED = "failed"  # the last attempt failed or timed out: nothing more will try
+    RETRYING = "retrying"  # an attempt failed and another is due
+    TIMED_OUT = "timed_out"  # an attempt passed its timeout (with or without a retry)
+    MISSED = "missed"  # periods passed while no node ran and catch-up will not run them
+    SKIPPED = "skipped"  # a period not run because the job was still running (overlap)
+    RECOVERED = "recovered"  # the first success after a failed period
+    STUCK_ITEM = "stuck_item"  # an item claimed by an attempt that ended without it
+
+
+class Delivery(StrEnum):
+    """Where an event's delivery stands."""
+
+    PENDING = "pending"  # a node will (again) try its hooks
+    DELIVERED = "delivered"  # every hook took it
+    FAILED = "failed"  # tries ran out; `last_error` says why
+    UNROUTED = "unrouted"  # no hook listens to this kind for this job

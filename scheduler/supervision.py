@@ -87,7 +87,7 @@ class SideThread(threading.Thread):
         halt: threading.Event | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
-        self._stop = stop
+        self._stopping = stop
         self._halt = halt or stop
         self._log = log
         self.failure: BaseException | None = None
@@ -117,7 +117,7 @@ class SideThread(threading.Thread):
         """Wait `seconds`, or less if woken; True once stopped."""
         deadline = time.monotonic() + seconds
         with self._alarm:
-            while not self._stop.is_set():
+            while not self._stopping.is_set():
                 remaining = min(deadline, self._wake_at) - time.monotonic()
                 if remaining <= 0:
                     self._wake_at = math.inf

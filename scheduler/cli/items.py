@@ -165,6 +165,7 @@ def prune(older_than: str, dry_run: bool, database_url: str, as_json: bool) -> N
         "attempts": result.attempts,
         "items": result.items,
         "stuck_items_kept": result.stuck_kept,
+        "events": result.events,
     }
     emit(as_json, record, prune_text)
 
@@ -175,6 +176,8 @@ def prune_text(record: dict[str, Any]) -> str:
         f"{verb} {record['runs']} runs ({record['attempts']} earlier attempts) and "
         f"{record['items']} done items from before {record['cutoff']}"
     )
+    if record.get("events"):
+        text += f", and {record['events']} settled alert events"
     if record["stuck_items_kept"]:
         text += (
             f"; kept {record['stuck_items_kept']} items claimed before then and never done "

@@ -79,6 +79,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "check",
         "Exit 1 listing overdue jobs and failed or missed periods; exit 0 when all is well.",
     ),
+    "events": (
+        "events",
+        "list_events",
+        "List the alert events (failed, retrying, timed_out, missed, skipped, recovered, "
+        "stuck_item), newest first, of JOB or of every job, with where each delivery "
+        "stands: pending, delivered, failed (tries ran out) or unrouted (no hook "
+        "listens).",
+    ),
     "items": (
         "items",
         "list_items",

@@ -18,6 +18,7 @@ import click
 
 from scheduler import logs, views
 from scheduler.admin import Admin
+from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     database_option,
     install_signal_handlers,
@@ -64,13 +65,15 @@ def foreground_options(command: Callable[..., None]) -> Callable[..., None]:
 def _foreground(node: NodeArgs, job_name: str) -> Foreground:
     """Check everything the user gave, then a foreground node for the job; nothing written."""
     grace_period = parse_option_duration("--grace", node.grace)
+    observers = alerting_environment.configure(os.environ)
     database, jobs = prepare(
         node.database_url, node.jobs_modules, node.log_format, node.log_level, migrate_first=False
     )
     job = _pick(jobs, job_name)
     stop = threading.Event()
     install_signal_handlers(stop.set)
-    return Foreground(database, job, node_identity(node.node_name), grace_period, stop)
+    identity = node_identity(node.node_name)
+    return Foreground(database, job, identity, grace_period, stop, observers=observers)
 
 
 def _pick(jobs: dict[str, Job], name: str) -> Job:

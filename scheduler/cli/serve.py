@@ -9,6 +9,7 @@ import click
 
 from scheduler import http as operations_http
 from scheduler import logs, metrics
+from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     BEHIND,
     database_option,
@@ -147,6 +148,7 @@ def run(
         summary_interval=parse_option_duration("--summary-interval", summary_interval) or None,
     )
     node = node_identity(node_name)
+    observers = alerting_environment.configure(os.environ)
     database, jobs = prepare(
         database_url,
         jobs_modules,
@@ -157,7 +159,7 @@ def run(
         application_name=f"scheduler {node.name}",
     )
     registration.register(database, jobs)
-    daemon = Daemon(database, jobs, node, settings)
+    daemon = Daemon(database, jobs, node, settings, observers=observers)
     install_signal_handlers(daemon.request_stop)
     if server is not None:
         server.start(database, daemon.heartbeat)

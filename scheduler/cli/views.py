@@ -18,10 +18,12 @@ import click
 from scheduler import check as checking
 from scheduler import retirement, views
 from scheduler.admin import Admin
+from scheduler.cli.event_records import event_record
 from scheduler.cli.options import Command, database_option
 from scheduler.durations import format_duration
 from scheduler.model import ONE_SHOT
 from scheduler.states import RunStatus
+from scheduler.store import deliveries as stored_events
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
 from scheduler.store.database import Database, open_database
@@ -114,7 +116,23 @@ def show_run(target: str, period: str | None, database_url: str, as_json: bool) 
     or by JOB and PERIOD as `scheduler runs` prints it (UTC ISO-8601)."""
     with Admin(database_url) as admin:
         detail = admin.run(target, period)
-    emit(as_json, views.run_detail_record(detail.run, detail.attempts), views.run_detail_text)
+        alerts = stored_events.recent(admin.database, job=detail.run.job, period=detail.run.period)
+    record = views.run_detail_record(detail.run, detail.attempts)
+    record["alerts"] = [event_record(row) for row in alerts]
+    emit(as_json, record, run_detail_with_alerts)
+
+
+def run_detail_with_alerts(record: dict[str, Any]) -> str:
+    """`runs show` as text, then the period's alert events and where each delivery stands."""
+    text = views.run_detail_text(record)
+    if not record["alerts"]:
+        return text
+    lines = [
+        f"  {alert['kind']:<11}{alert['state']:<10}tries {alert['tries']}"
+        + (f"  {alert['last_error']}" if alert["last_error"] else "")
+        for alert in record["alerts"]
+    ]
+    return "\n".join([text, "", "alerts:", *lines])
 
 
 @click.command(name="nodes")

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,6 +26,7 @@ from scheduler import config, metrics
 from scheduler.durations import parse_duration
 from scheduler.model import ClaimResult, Due, NodeIdentity
 from scheduler.node import liveness
+from scheduler.node.alerts import Alerts
 from scheduler.node.catchup_loop import CatchUp, CatchUpLoop
 from scheduler.node.clock import Clock
 from scheduler.node.heartbeat import Heartbeat
@@ -42,6 +43,7 @@ from scheduler.node.watch import Watch
 from scheduler.policy import Policy
 from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
+from scheduler.run.observers import RunObserver
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
@@ -100,6 +102,7 @@ class Daemon:
         jobs: Mapping[str, Job],
         node: NodeIdentity,
         settings: DaemonSettings,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         database = database.bounded(call_timeout(jobs.values()))
         bulk = database.bounded(BULK_CALL_TIMEOUT_S)
@@ -117,7 +120,9 @@ class Daemon:
         self._live_since = self._clock.now()
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self._summary = Summary(settings.summary_interval, self._log)
-        self.dispatcher = Dispatcher(database, jobs, node.id, settings.workers, self._log)
+        self.dispatcher = Dispatcher(
+            database, jobs, node.id, settings.workers, self._log, observers=observers
+        )
         self._wakeups = Wakeups(self._log)
         self._watch: Watch | None = None
         self.peers = Peers(node.id)
@@ -151,6 +156,9 @@ class Daemon:
             stop=self._stop,
             log=self._log,
             wakeups=self._wakeups,
+        )
+        self._alerts = Alerts(
+            database=database, jobs=jobs, node_id=node.id, stop=self._stop, log=self._log
         )
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
@@ -207,6 +215,7 @@ class Daemon:
         self.heartbeat.start()
         self._recovery.start()
         self._requests.start()
+        self._alerts.start()
         self._catch_up.start()
         if self._pruner is not None:
             self._pruner.start()
@@ -399,7 +408,8 @@ class Daemon:
             self._settings.grace.total_seconds(), before_giving_back=self._leave
         )
         self._log.info("node_stopped", abandoned=abandoned)
-        for side in (self.heartbeat, self._recovery, self._requests, self._catch_up, self._pruner):
+        sides = (self.heartbeat, self._recovery, self._requests, self._alerts, self._catch_up)
+        for side in (*sides, self._pruner):
             if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure
         return abandoned

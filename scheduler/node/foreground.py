@@ -9,6 +9,7 @@ so a cron wrapper never pages anyone for a correct skip.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import structlog
@@ -18,11 +19,13 @@ from scheduler.errors import UserError
 from scheduler.instants import utc_text
 from scheduler.model import ONE_SHOT, Claim, NodeIdentity
 from scheduler.node import registration
+from scheduler.node.alerts import Alerts
 from scheduler.node.clock import Clock
 from scheduler.node.heartbeat import Heartbeat
 from scheduler.node.peers import Peers
 from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
+from scheduler.run.observers import RunObserver
 from scheduler.states import RunStatus
 from scheduler.store import claims, nodes, queries, takeover
 from scheduler.store.database import Database
@@ -47,6 +50,8 @@ class Foreground:
         node: NodeIdentity,
         grace: timedelta,
         stop: threading.Event,
+        *,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self.database, self.job, self.node = database, job, node
         self._grace, self._stop = grace, stop
@@ -54,7 +59,13 @@ class Foreground:
         self.log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(
             node=node.id, job=job.name
         )
-        self._dispatcher = Dispatcher(database, {job.name: job}, node.id, 1, self.log)
+        self._dispatcher = Dispatcher(
+            database, {job.name: job}, node.id, 1, self.log, observers=observers
+        )
+        # No daemon may run this job (a CronJob alone): its events go out from here too.
+        self._alerts = Alerts(
+            database=database, jobs={job.name: job}, node_id=node.id, stop=stop, log=self.log
+        )
         self._heartbeat = Heartbeat(
             database=database,
             dispatcher=self._dispatcher,
@@ -79,8 +90,11 @@ class Foreground:
         self._opened = True
 
     def close(self) -> None:
+        stopping = self._stop.is_set()
         self._stop.set()
         self._heartbeat.stop()
+        if self._opened and not stopping:
+            self._alerts.deliver_due()
         if self._opened:
             nodes.mark_stopped(self.database, self.node.id)
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from structlog.typing import FilteringBoundLogger
 
+from scheduler import metrics
 from scheduler.model import SILENT_BEATS
 from scheduler.node.clock import SKEW_WARNING, Clock
 from scheduler.node.liveness import Liveness
@@ -70,7 +71,7 @@ class Heartbeat(SideThread):
 
     def stop(self) -> None:
         """Stop beating (after the node has drained)."""
-        self._stop.set()
+        self._stopping.set()
         self.wake_in(0.0)
 
     def step(self) -> float:
@@ -90,7 +91,9 @@ class Heartbeat(SideThread):
             )
         except StoreError as error:
             self._log.warning("heartbeat_failed", error=error.message)
+            metrics.record_heartbeat(landed=False)
             return
+        metrics.record_heartbeat(landed=True)
         self._dispatcher.renewed(beat.held, sent)
         self._calibrated(sent, beat.clock, time.monotonic())
         self._peers.update(beat.peers)

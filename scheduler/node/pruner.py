@@ -61,7 +61,7 @@ class Pruner(SideThread):
         except StoreError as error:
             self._log.warning("prune_failed", error=error.message)
             return
-        if result.runs or result.items:
+        if result.runs or result.items or result.events:
             self._log.info(
                 "history_pruned",
                 cutoff=cutoff.isoformat(),
@@ -69,7 +69,8 @@ class Pruner(SideThread):
                 attempts=result.attempts,
                 items=result.items,
                 stuck_items_kept=result.stuck_kept,
+                events=result.events,
             )
 
     def _keep_going(self) -> bool:
-        return not self._stop.is_set()
+        return not self._stopping.is_set()

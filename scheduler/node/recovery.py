@@ -89,7 +89,7 @@ class Recovery(SideThread):
         self._last_pass = time.monotonic()
         try:
             waiting = self.find_gone()
-            while self.recover_once() == BATCH and not self._stop.is_set():
+            while self.recover_once() == BATCH and not self._stopping.is_set():
                 pass
             due_in = takeover.seconds_until_recovery(self._database, None)
         except StoreError as error:

@@ -88,7 +88,7 @@ class Requests(SideThread):
     def step(self) -> float:
         try:
             for request in store.pending(self._database, self._jobs):
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     break
                 if store.take(self._database, request.id, self._node.id):
                     self.carry_out(request)

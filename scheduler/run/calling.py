@@ -21,6 +21,7 @@ def run_fields(context: RunContext) -> dict[str, Any]:
         "run_id": context.run_id,
         "attempt": context.attempt,
         "node": context.node,
+        **context.trace,
     }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +37,9 @@ class RunContext:
     # The run's row in the database, for items and checkpoints; None in a context
     # built by hand (a unit test of a job), where those are unavailable.
     run_items: RunItems | None = field(default=None, repr=False, compare=False)
+    # The run's trace ids (`trace_id`, `span_id`) when OpenTelemetry traces it: on every
+    # log line the job's own code writes, too.
+    trace: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def fencing_token(self) -> int:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from multiprocessing.process import BaseProcess
@@ -33,13 +34,14 @@ from scheduler import metrics
 from scheduler.model import Claim, Finish, Held, RunKey, Started, StartRequest
 from scheduler.policy import Overlap
 from scheduler.registry import Job
-from scheduler.run import outcomes
+from scheduler.run import observers, outcomes
 from scheduler.run.active import ActiveRun, Phase
 from scheduler.run.context import RunContext
 from scheduler.run.executors import Executors
 from scheduler.run.failures import Outcome
 from scheduler.run.items import RunItems
 from scheduler.run.leases import LeaseWatch, valid_until
+from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.starter import Starter
 from scheduler.run.writer import RunWriter, Settled
 from scheduler.states import Reason, RunStatus
@@ -67,8 +69,11 @@ class Dispatcher:
         node_id: str,
         workers: int,
         log: FilteringBoundLogger,
+        *,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self._database = database
+        self._observers = list(observers)
         self._jobs = jobs
         self._node_id = node_id
         self._log = log
@@ -185,19 +190,28 @@ class Dispatcher:
             if active.phase is not Phase.WAITING:  # given back meanwhile
                 return False
             active.phase = Phase.RUNNING
+        watching = observers.begin(self._observers, job, claim, self._node_id, context.log)
+        if watching.fields:  # a trace's ids, on every line of the run from here on
+            context = replace(
+                context, log=context.log.bind(**watching.fields), trace=watching.fields
+            )
+            active.context = context
         context.log.info("run_started", origin=claim.origin.value)
         metrics.record_start(claim.job, claim.period)
         began = time.monotonic()
-        outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))
+        with watching.current():
+            outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))
         duration_ms = round((time.monotonic() - began) * 1000)
         with self._lock:
             if active.phase is not Phase.RUNNING:  # abandoned at the end of a drain
+                watching.ended(Ending(RunStatus.ABANDONED, None, False, False, duration_ms))
                 return False
             active.phase = Phase.LINGERING if outcome.lingering else Phase.RECORDING
         if outcome.lingering is None:
             self._leases.forget(claim.key)  # nothing of it runs any more to be stopped
         written = outcomes.finish(claim, job.policy, outcome, duration_ms)
-        self._writer.finish_later(written, partial(self._recorded, active, written, outcome))
+        recorded = partial(self._recorded, active, written, outcome, watching)
+        self._writer.finish_later(written, recorded)
         return True
 
     def _wait_and_start(self, active: ActiveRun) -> Started:
@@ -249,15 +263,29 @@ class Dispatcher:
             _kill(child)
 
     def _recorded(
-        self, active: ActiveRun, written: Finish, outcome: Outcome, settled: Settled
+        self,
+        active: ActiveRun,
+        written: Finish,
+        outcome: Outcome,
+        watching: observers.Watching,
+        settled: Settled,
     ) -> None:
-        """The writer settled the outcome: say how the run ended, then end it here (a
-        lingering one once its thread ends)."""
+        """The writer settled the outcome: say how the run ended, tell the observers,
+        then end it here (a lingering one once its thread ends)."""
         if settled is Settled.WRITTEN and written.retry_in is None:
             with self._lock:
                 self._settled.add(active.claim.key)
         try:
             outcomes.report(active.context.log, written, outcome, settled)
+            watching.ended(
+                Ending(
+                    outcome.status,
+                    outcome.failure,
+                    final=written.retry_in is None,
+                    written=settled is Settled.WRITTEN,
+                    duration_ms=written.duration_ms,
+                )
+            )
         finally:
             if outcome.lingering is not None and settled is Settled.WRITTEN:
                 threading.Thread(

@@ -19,6 +19,7 @@ say `lingering` when the work may go on after `call` returns.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import multiprocessing
 import threading
 from collections.abc import Callable, Iterable
@@ -61,8 +62,12 @@ class ThreadExecutor:
             return call(job, context)
         # In a helper thread, so that the caller can stop waiting at the deadline.
         result: list[Outcome] = []
+        # The caller's context variables (a current trace span) go with it.
+        variables = contextvars.copy_context()
         runner = threading.Thread(
-            target=lambda: result.append(call(job, context)), name=f"job:{job.name}", daemon=True
+            target=lambda: result.append(variables.run(call, job, context)),
+            name=f"job:{job.name}",
+            daemon=True,
         )
         runner.start()
         runner.join(timeout)

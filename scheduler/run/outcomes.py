@@ -77,6 +77,7 @@ def report(log: FilteringBoundLogger, written: Finish, outcome: Outcome, settled
         "failure": outcome.failure,
     }
     if written.retry_in is None:
+        metrics.record_final_failure(job)
         log.error(event, **fields)
     else:
         log.warning(event, retry_in_s=round(written.retry_in, 3), **fields)

@@ -39,6 +39,7 @@ from sqlalchemy import (
 
 from scheduler.model import FUTURE_TOLERANCE, Claim, ClaimResult, Due
 from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store import events as alert_events
 from scheduler.store.database import Database
 from scheduler.store.fence import OCCUPYING_SQL, lock_jobs, occupying
 from scheduler.store.schema import jobs, runs
@@ -104,6 +105,7 @@ def claim(
                     _insert_claims(
                         database, connection, group, holder, sent=sent, result=part, ours=ours
                     )
+            alert_events.skipped(database, connection, part.skipped, part.reasons)
         result.won.extend(part.won)
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)

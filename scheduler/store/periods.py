@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, String, bindparam, select, text, tuple_, update
+from sqlalchemy import Connection, Integer, String, bindparam, select, text, tuple_, update
 
 from scheduler.model import FUTURE_TOLERANCE, Claim, Due, Entry, Stale, Written
 from scheduler.states import Origin, RunStatus
+from scheduler.store import events as alert_events
 from scheduler.store.database import Database
+from scheduler.store.events import PassedOver
 from scheduler.store.fence import lock_jobs
 from scheduler.store.schema import UTCDateTime, jobs, runs
 from scheduler.store.takeover import STALE_COLUMNS, stale_from
@@ -59,17 +61,23 @@ def write(
         recorded = [entry for entry in entries if entry.status is not RunStatus.CLAIMED]
         if claimed:
             lock_jobs(database, connection, [job])
+        passed: list[PassedOver] = []
         if database.arrays:
-            _record_postgres(
+            passed = _record_postgres(
                 connection, job, recorded, holder=holder, lease_seconds=lease_seconds, origin=origin
             )
             recorded = []
+        inserted: list[tuple[datetime, str, str | None]] = []
         for start in range(0, len(recorded), ROWS_PER_STATEMENT):
             chunk = recorded[start : start + ROWS_PER_STATEMENT]
-            connection.execute(
-                _insert(database, lease_expiry=None, holder=holder),
+            result = connection.execute(
+                _insert(database, lease_expiry=None, holder=holder).returning(
+                    runs.c.period, runs.c.status, runs.c.reason
+                ),
                 [_row(job, entry, origin, lease_seconds) for entry in chunk],
             )
+            inserted += [(row.period, row.status, row.reason) for row in result]
+        alert_events.passed_over(database, connection, job, passed + alert_events.grouped(inserted))
         expiry = database.lease_until(
             bindparam("lease_seconds") if database.arrays else lease_seconds
         )
@@ -100,8 +108,11 @@ _RECORD_POSTGRES = text(
                 CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]))
          AS entry(id, period, status, reason)
     ON CONFLICT (job, period) DO NOTHING
+    RETURNING period, status, reason
     """  # noqa: S608 - the table name is ours; values are parameters
 )
+# What the insert wrote, grouped, for the alert events (not 86,400 rows back).
+_RECORDED_GROUPS = "SELECT status, reason, min(period), max(period), count(*) FROM written"
 
 
 def _record_postgres(
@@ -112,11 +123,17 @@ def _record_postgres(
     holder: str,
     lease_seconds: float,
     origin: Origin,
-) -> None:
+) -> list[PassedOver]:
+    statement = text(
+        f"WITH written AS ({_RECORD_POSTGRES.text}) {_RECORDED_GROUPS} GROUP BY status, reason"
+    ).columns(
+        status=String(), reason=String(), first=UTCDateTime(), last=UTCDateTime(), count=Integer()
+    )
+    passed: list[Any] = []
     for start in range(0, len(entries), RECORDED_PER_STATEMENT):
         chunk = entries[start : start + RECORDED_PER_STATEMENT]
-        connection.execute(
-            _RECORD_POSTGRES,
+        passed += connection.execute(
+            statement,
             {
                 "job": job,
                 "origin": origin.value,
@@ -127,7 +144,8 @@ def _record_postgres(
                 "statuses": [entry.status.value for entry in chunk],
                 "reasons": [entry.reason.value if entry.reason else None for entry in chunk],
             },
-        )
+        ).all()
+    return [PassedOver(*row) for row in passed]
 
 
 def _insert(database: Database, *, lease_expiry: Any, holder: str) -> Any:

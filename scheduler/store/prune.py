@@ -10,7 +10,9 @@ wait long behind a prune. What is deleted, and what never is:
 - an item that is `done`, was finished before the cutoff, and whose run is gone (deleted
   here, or long before): a kept run keeps its items, so that a rerun of it does not
   handle them again. Claimed items are kept however old: their effect is unknown until
-  an operator looks.
+  an operator looks;
+- an alert event settled (delivered, failed, unrouted) before the cutoff, except that
+  of an item still stuck.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, tuple_
 
 from scheduler.states import RunStatus
+from scheduler.store import deliveries as alert_events
 from scheduler.store.database import Database
 from scheduler.store.fence import ACTIVE
 from scheduler.store.items import ItemState
@@ -40,6 +43,7 @@ class Pruned:
     attempts: int
     items: int
     stuck_kept: int
+    events: int = 0
 
 
 def cutoff_for(database: Database, older_than: timedelta) -> datetime:
@@ -99,7 +103,14 @@ def prune(
         deleted_items += count
         if count < batch:
             break
-    return Pruned(cutoff, deleted_runs, deleted_attempts, deleted_items, _stuck(database, cutoff))
+    deleted_events = 0
+    while keep_going():
+        count = alert_events.prune(database, cutoff, batch)
+        deleted_events += count
+        if count < batch:
+            break
+    stuck = _stuck(database, cutoff)
+    return Pruned(cutoff, deleted_runs, deleted_attempts, deleted_items, stuck, deleted_events)
 
 
 def _delete_runs(database: Database, cutoff: datetime, batch: int) -> tuple[int, int, int]:
@@ -151,4 +162,6 @@ def _count(database: Database, cutoff: datetime) -> Pruned:
                 (items, _prunable_item(cutoff)),
             )
         ]
-    return Pruned(cutoff, int(counts[0]), int(counts[1]), int(counts[2]), _stuck(database, cutoff))
+    events = alert_events.prune(database, cutoff, 0, dry_run=True)
+    stuck = _stuck(database, cutoff)
+    return Pruned(cutoff, int(counts[0]), int(counts[1]), int(counts[2]), stuck, events)

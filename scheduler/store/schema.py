@@ -227,3 +227,35 @@ requests = Table(
     Index(None, "taken_by", "requested_at"),
     Index(None, "job", "requested_at"),
 )
+
+events = Table(
+    "scheduler_events",
+    metadata,
+    # One row per thing an alert hook hears about, written in the same transaction as
+    # the run row that gave rise to it: the key makes it once per fleet. `subject` tells
+    # apart events of one kind in one period (the attempt of a retry, an item's key),
+    # '' when there is one.
+    Column("job", String(200), primary_key=True),
+    Column("period", UTCDateTime(), primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("subject", String(500), primary_key=True),
+    Column("run_id", String(32)),
+    Column("attempt", Integer),
+    Column("reason", String(16)),
+    # One line for a human: the error, how many periods were missed, the item's key.
+    Column("detail", Text),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # pending, delivered, failed (tries ran out) or unrouted (no hook listens).
+    Column("state", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, server_default="0"),
+    Column("next_try_at", UTCDateTime(), nullable=False),
+    # The node delivering it, until when: taken by compare-and-set, like a request.
+    Column("taken_by", String(200)),
+    Column("taken_until", UTCDateTime()),
+    Column("delivered_at", UTCDateTime()),
+    # Hooks that already took it (one name a line), so a retry calls only the others.
+    Column("delivered_to", Text),
+    Column("last_error", Text),
+    Index(None, "state", "next_try_at"),
+    Index(None, "created_at"),
+)

@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, Connection, and_, exists, or_, select, tex
 
 from scheduler.model import Claim, Failure, Finish, Started, StartRequest
 from scheduler.states import Reason, RunStatus
+from scheduler.store import events as alert_events
 from scheduler.store.database import Database
 from scheduler.store.fence import (
     ACTIVE_SQL,
@@ -29,7 +30,7 @@ from scheduler.store.fence import (
     lock_jobs,
     mine,
 )
-from scheduler.store.schema import runs
+from scheduler.store.schema import events, runs
 from scheduler.store.wakeups import RETRY_NOTIFY_SQL, Wake, notify_on
 
 _other = runs.alias("other")
@@ -159,6 +160,7 @@ def _finish_one(database: Database, connection: Connection, outcome: Finish) -> 
         )
     )
     if connection.execute(statement).rowcount == 1:
+        alert_events.finished(database, connection, outcome)
         return True
     return _already_written(connection, [outcome]) == [True]
 
@@ -249,8 +251,13 @@ def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) ->
     ]
 
 
+# The outcome's events travel with it (candidates as arrays): the statement keeps those
+# of the rows it wrote, so an event lands exactly when its outcome does. `recovered` is
+# kept only where the job's newest `failed` or `recovered` event before this period is
+# a `failed` one: looked up among the job's events, which are few, not its runs.
 _FINISH_POSTGRES = text(
     f"""
+    WITH done AS (
     UPDATE {runs.name} AS run
     SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
         duration_ms = done.duration_ms,
@@ -271,7 +278,25 @@ _FINISH_POSTGRES = text(
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({ACTIVE_SQL})) IS TRUE
       AND (NOT done.waiting_only OR run.status = 'claimed')
-    RETURNING run.id, run.attempt, run.holder, {RETRY_NOTIFY_SQL}
+    RETURNING run.id, run.attempt, run.holder, run.job, run.period,
+              {RETRY_NOTIFY_SQL} AS woke
+    ), born AS (
+    INSERT INTO {events.name} (job, period, kind, subject, run_id, attempt, detail,
+                               created_at, state, tries, next_try_at)
+    SELECT done.job, done.period, candidate.kind, candidate.subject, done.id, done.attempt,
+           candidate.detail, statement_timestamp(), 'pending', 0, statement_timestamp()
+    FROM unnest(CAST(:event_ids AS TEXT[]), CAST(:event_kinds AS TEXT[]),
+                CAST(:event_subjects AS TEXT[]), CAST(:event_details AS TEXT[]))
+         AS candidate(id, kind, subject, detail)
+    JOIN done ON done.id = candidate.id
+    WHERE candidate.kind <> 'recovered' OR (
+        SELECT before.kind = 'failed' FROM {events.name} AS before
+        WHERE before.job = done.job AND before.period < done.period
+          AND before.kind IN ('failed', 'recovered')
+        ORDER BY before.period DESC, before.kind LIMIT 1) IS TRUE
+    ON CONFLICT DO NOTHING
+    )
+    SELECT id, attempt, holder, woke FROM done
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 
@@ -291,6 +316,7 @@ def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list
         "error_types": [failure.type if failure else None for failure in failures],
         "error_messages": [failure.message if failure else None for failure in failures],
         "error_tracebacks": [failure.traceback if failure else None for failure in failures],
+        **alert_events.finish_arrays(outcomes),
     }
     applied = {tuple(row)[:3] for row in connection.execute(_FINISH_POSTGRES, parameters)}
     written = [fence_of(outcome.claim) in applied for outcome in outcomes]

@@ -1,0 +1,45 @@
+"""What a run observer is (a trace span, a Sentry check-in): the run path tells it when
+an attempt's function is about to be called on the holder, and how the attempt ended
+(`scheduler.run.observers` does the telling, and keeps an observer's failure away from
+the run)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from scheduler.model import Claim, Failure
+from scheduler.registry import Job
+from scheduler.states import RunStatus
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended, as an observer needs it. `written`: the outcome landed (False
+    when the run was no longer this attempt's); `final`: no retry is to come."""
+
+    status: RunStatus
+    failure: Failure | None
+    final: bool
+    written: bool
+    duration_ms: int | None
+
+
+class Watch(Protocol):
+    """One observer's watch over one attempt."""
+
+    @property
+    def fields(self) -> Mapping[str, str]:
+        """Fields for every log line of the run (a trace's ids); empty for none."""
+
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around the call, in the thread that makes it."""
+
+    def ended(self, ending: Ending) -> None: ...
+
+
+class RunObserver(Protocol):
+    def started(self, job: Job, claim: Claim, node: str) -> Watch | None:
+        """The attempt's function is about to be called here; None to not watch it."""

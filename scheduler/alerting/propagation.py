@@ -1,0 +1,33 @@
+"""Handing the current trace to work that runs elsewhere (a task queue's worker): the
+seam a remote executor uses. Without OpenTelemetry installed both are no-ops."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator, MutableMapping
+
+
+def inject_context(carrier: MutableMapping[str, str]) -> MutableMapping[str, str]:
+    """Write the current trace context (W3C `traceparent`, `tracestate`) into `carrier`,
+    e.g. a Celery task's headers; the carrier is returned for convenience."""
+    if importlib.util.find_spec("opentelemetry") is not None:
+        from opentelemetry import propagate  # noqa: PLC0415 - an optional extra
+
+        propagate.inject(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def extracted_context(carrier: MutableMapping[str, str]) -> Iterator[None]:
+    """On the worker's side: make the context `inject_context` wrote current."""
+    if importlib.util.find_spec("opentelemetry") is None:
+        yield
+        return
+    from opentelemetry import context, propagate  # noqa: PLC0415 - an optional extra
+
+    token = context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)

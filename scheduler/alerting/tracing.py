@@ -1,0 +1,84 @@
+"""OpenTelemetry: a span per attempt on the node that holds it, current while the job's
+function runs (so the job's own spans are its children), its ids on every log line of
+the run, its status and any error recorded when the attempt ends.
+
+Needs `opentelemetry-api` (`cronclaim[otel]`); spans go wherever the process's tracer
+provider sends them (set one up in a job module, or run under `opentelemetry-instrument`).
+With no provider the spans are no-ops and the log lines carry no ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from scheduler.alerting.observer import Ending
+from scheduler.instants import utc_text
+from scheduler.model import Claim
+from scheduler.registry import Job
+from scheduler.states import RunStatus
+
+INSTRUMENTATION = "scheduler"
+
+
+class Tracing:
+    """The run observer that opens and ends the spans."""
+
+    def __init__(self, provider: trace.TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=provider)
+
+    def started(self, job: Job, claim: Claim, node: str) -> _RunSpan:
+        span = self._tracer.start_span(
+            f"run {job.name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "scheduler.job": job.name,
+                "scheduler.period": utc_text(claim.period),
+                "scheduler.run_id": claim.id,
+                "scheduler.attempt": claim.attempt,
+                "scheduler.node": node,
+                "scheduler.origin": claim.origin.value,
+            },
+        )
+        return _RunSpan(span)
+
+
+class _RunSpan:
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        context = span.get_span_context()
+        self.fields: dict[str, str] = (
+            {
+                "trace_id": trace.format_trace_id(context.trace_id),
+                "span_id": trace.format_span_id(context.span_id),
+            }
+            if context.is_valid
+            else {}
+        )
+
+    def current(self) -> contextlib.AbstractContextManager[Any]:
+        return trace.use_span(self._span, end_on_exit=False)
+
+    def ended(self, ending: Ending) -> None:
+        span = self._span
+        span.set_attribute("scheduler.status", ending.status.value)
+        span.set_attribute("scheduler.final", ending.final)
+        span.set_attribute("scheduler.written", ending.written)
+        if ending.failure is not None:
+            span.add_event(
+                "exception",
+                {
+                    "exception.type": ending.failure.type,
+                    "exception.message": ending.failure.message,
+                    "exception.stacktrace": ending.failure.traceback,
+                },
+            )
+        if ending.status is RunStatus.SUCCEEDED and ending.written:
+            span.set_status(Status(StatusCode.OK))
+        else:
+            detail = ending.failure.message if ending.failure else ending.status.value
+            span.set_status(Status(StatusCode.ERROR, detail))
+        span.end()

@@ -1,0 +1,69 @@
+"""The seam for what watches a run from outside (a trace span, a Sentry check-in): told
+when the attempt's function is about to be called on this node, and how it ended.
+
+Only the holder calls them, after its fenced start landed and after its outcome was
+settled, so they see each attempt once across the fleet. An observer's own failure
+is logged (`observer_failed`) and never reaches the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from structlog.typing import FilteringBoundLogger
+
+from scheduler.alerting.observer import Ending, RunObserver, Watch
+from scheduler.model import Claim
+from scheduler.registry import Job
+
+__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin"]
+
+
+@dataclass
+class Watching:
+    """Every observer's watch over one attempt, each kept from breaking the run."""
+
+    watches: list[Watch]
+    log: FilteringBoundLogger
+    fields: dict[str, str] = field(default_factory=dict)
+    done: bool = False
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for watch in self.watches:
+                try:
+                    stack.enter_context(watch.current())
+                except Exception:
+                    self.log.exception("observer_failed", stage="call")
+            yield
+
+    def ended(self, ending: Ending) -> None:
+        if self.done:
+            return
+        self.done = True
+        for watch in self.watches:
+            try:
+                watch.ended(ending)
+            except Exception:
+                self.log.exception("observer_failed", stage="ended")
+
+
+def begin(
+    observers: Sequence[RunObserver], job: Job, claim: Claim, node: str, log: FilteringBoundLogger
+) -> Watching:
+    """Start every observer's watch over an attempt about to be called here."""
+    watches: list[Watch] = []
+    fields: dict[str, str] = {}
+    for observer in observers:
+        try:
+            watch = observer.started(job, claim, node)
+        except Exception:
+            log.exception("observer_failed", stage="started")
+            continue
+        if watch is not None:
+            watches.append(watch)
+            fields.update(watch.fields)
+    return Watching(watches, log, fields)

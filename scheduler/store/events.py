@@ -1,0 +1,240 @@
+"""Alert events are born: what hooks hear about, written once per fleet.
+
+An event is born in the transaction (or the statement) that writes the run row it is
+about, so it is never lost and never doubled: its primary key (job, period, kind,
+subject) makes a second insert a no-op. Their delivery is `store.deliveries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from scheduler.instants import utc_text
+from scheduler.model import Claim, Finish
+from scheduler.states import Delivery, EventKind, Reason, RunStatus
+from scheduler.store.database import Database
+from scheduler.store.schema import events
+
+FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
+# Skips an operator asked for (a pause) are not news to anyone.
+QUIET_REASONS = frozenset({Reason.PAUSED})
+DETAIL_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An event a write of one run gives rise to, if the write lands."""
+
+    run_id: str
+    kind: EventKind
+    subject: str = ""
+    reason: str | None = None
+    detail: str | None = None
+
+
+def of_finish(outcome: Finish) -> list[Candidate]:
+    """The events an attempt's outcome gives rise to (before knowing it was written)."""
+    claim, status = outcome.claim, outcome.status
+    detail = trim(f"{outcome.failure.type}: {outcome.failure.message}") if outcome.failure else None
+    attempt = str(claim.attempt)
+    found: list[Candidate] = []
+    if status is RunStatus.SUCCEEDED:
+        # Kept only after an unrecovered `failed` of the job (decided in the write).
+        found.append(Candidate(claim.id, EventKind.RECOVERED))
+    if status is RunStatus.TIMED_OUT:
+        found.append(Candidate(claim.id, EventKind.TIMED_OUT, attempt, detail=detail))
+    if status.value in FAILING:
+        if outcome.retry_in is None:
+            found.append(Candidate(claim.id, EventKind.FAILED, detail=detail))
+        else:
+            retry = f"retry in {round(outcome.retry_in, 1)} s"
+            found.append(
+                Candidate(claim.id, EventKind.RETRYING, attempt, detail=_join(detail, retry))
+            )
+    return found
+
+
+def _join(*parts: str | None) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def trim(text: str) -> str:
+    return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 1] + "…"
+
+
+def _values(
+    database: Database, job: str, period: datetime, candidate: Candidate, attempt: int | None
+) -> dict[str, Any]:
+    return {
+        "job": job,
+        "period": period,
+        "kind": candidate.kind.value,
+        "subject": candidate.subject,
+        "run_id": candidate.run_id or None,
+        "attempt": attempt,
+        "reason": candidate.reason,
+        "detail": candidate.detail,
+        "created_at": database.now(),
+        "state": Delivery.PENDING.value,
+        "tries": 0,
+        "next_try_at": database.now(),
+    }
+
+
+def insert(
+    database: Database,
+    connection: Connection,
+    rows: Iterable[tuple[str, datetime, int | None, Candidate]],
+) -> None:
+    """Insert events (job, period, attempt, candidate) inside the caller's transaction;
+    one already there is left alone."""
+    for job, period, attempt, candidate in rows:
+        statement = (
+            database.insert(events)
+            .values(**_values(database, job, period, candidate, attempt))
+            .on_conflict_do_nothing()
+        )
+        connection.execute(statement)
+
+
+def failed_before(connection: Connection, claim: Claim) -> bool:
+    """Whether the job's newest `failed` or `recovered` event before this period is a
+    `failed` one (SQLite's form of the test PostgreSQL's finish statement makes)."""
+    statement = (
+        select(events.c.kind)
+        .where(
+            events.c.job == claim.job,
+            events.c.period < claim.period,
+            events.c.kind.in_([EventKind.FAILED.value, EventKind.RECOVERED.value]),
+        )
+        .order_by(events.c.period.desc(), events.c.kind)
+        .limit(1)
+    )
+    return connection.execute(statement).scalar() == EventKind.FAILED.value
+
+
+def finished(database: Database, connection: Connection, outcome: Finish) -> None:
+    """SQLite: the events of an outcome just written, in its transaction."""
+    claim = outcome.claim
+    rows = [
+        (claim.job, claim.period, claim.attempt, candidate)
+        for candidate in of_finish(outcome)
+        if candidate.kind is not EventKind.RECOVERED or failed_before(connection, claim)
+    ]
+    insert(database, connection, rows)
+
+
+def finish_arrays(outcomes: Sequence[Finish]) -> dict[str, list[Any]]:
+    """PostgreSQL: the candidate events of a batch of outcomes, as arrays for the finish
+    statement, which keeps those of the rows it wrote."""
+    candidates = [candidate for outcome in outcomes for candidate in of_finish(outcome)]
+    return {
+        "event_ids": [candidate.run_id for candidate in candidates],
+        "event_kinds": [candidate.kind.value for candidate in candidates],
+        "event_subjects": [candidate.subject for candidate in candidates],
+        "event_details": [candidate.detail for candidate in candidates],
+    }
+
+
+def skipped(
+    database: Database, connection: Connection, claims: Sequence[Claim], reasons: dict[str, Reason]
+) -> None:
+    """Periods a claim inserted as skipped, in the claim's transaction (not pauses)."""
+    rows = [
+        (
+            claim.job,
+            claim.period,
+            None,
+            Candidate(
+                claim.id,
+                EventKind.SKIPPED,
+                reason=reasons[claim.id].value,
+                detail=f"skipped: {reasons[claim.id].value}",
+            ),
+        )
+        for claim in claims
+        if reasons.get(claim.id) is not None and reasons[claim.id] not in QUIET_REASONS
+    ]
+    insert(database, connection, rows)
+
+
+@dataclass(frozen=True)
+class PassedOver:
+    """Periods one catch-up write recorded with one status and reason."""
+
+    status: str
+    reason: str | None
+    first: datetime
+    last: datetime
+    count: int
+
+
+def grouped(inserted: Iterable[tuple[datetime, str, str | None]]) -> list[PassedOver]:
+    """Rows written (period, status, reason), grouped by status and reason."""
+    groups: dict[tuple[str, str | None], list[datetime]] = {}
+    for period, status, reason in inserted:
+        groups.setdefault((status, reason), []).append(period)
+    return [
+        PassedOver(status, reason, min(periods), max(periods), len(periods))
+        for (status, reason), periods in groups.items()
+    ]
+
+
+def passed_over(
+    database: Database, connection: Connection, job: str, groups: Sequence[PassedOver]
+) -> None:
+    """Periods catch-up wrote as missed or skipped, in its transaction: one event per status
+    and reason for the whole write (a day of missed seconds is one alert, not 86,400),
+    named by its first period. Pauses are left out."""
+    merged: dict[tuple[str, str | None], PassedOver] = {}
+    for part in groups:  # PostgreSQL answers a group per chunk of 10,000 periods
+        seen = merged.get((part.status, part.reason))
+        merged[part.status, part.reason] = (
+            part
+            if seen is None
+            else PassedOver(
+                part.status,
+                part.reason,
+                min(seen.first, part.first),
+                max(seen.last, part.last),
+                seen.count + part.count,
+            )
+        )
+    rows = []
+    for group in merged.values():
+        if group.reason is not None and Reason(group.reason) in QUIET_REASONS:
+            continue
+        kind = EventKind.MISSED if group.status == RunStatus.MISSED.value else EventKind.SKIPPED
+        span = utc_text(group.first)
+        if group.last != group.first:
+            span += f" to {utc_text(group.last)}"
+        detail = f"{group.count} period(s) {group.status} ({group.reason}): {span}"
+        rows.append(
+            (job, group.first, None, Candidate("", kind, reason=group.reason, detail=detail))
+        )
+    insert(database, connection, rows)
+
+
+def stuck(database: Database, found: Sequence[tuple[str, datetime, str, str, int]]) -> None:
+    """Stuck items (job, period, key, run id, attempt): one event per item, ever."""
+    rows = [
+        (
+            job,
+            period,
+            attempt,
+            Candidate(
+                run_id,
+                EventKind.STUCK_ITEM,
+                key[:500],
+                detail=f"item {key!r} claimed and never finished",
+            ),
+        )
+        for job, period, key, run_id, attempt in found
+    ]
+    with database.transaction() as connection:
+        insert(database, connection, rows)
