@@ -80,9 +80,10 @@ class Worker:
         self.process.wait(timeout=30)
 
     def stop(self, timeout: float = 60) -> int:
-        """SIGTERM: Celery's warm shutdown (the running task finishes first)."""
+        """SIGTERM to the worker (not its pool): Celery's warm shutdown, in which the
+        running task finishes first."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

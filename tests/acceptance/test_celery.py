@@ -254,7 +254,7 @@ def test_a_worker_cut_off_from_the_database_gives_the_run_up(
         cut_off.kill()
         if other is not None:
             other.stop()
-        proxy.close()
+        proxy.cut()
     assert done["attempt"] >= 2
     assert done["holder"].startswith("w2@")
     assert executions(tmp_path / "executions.txt")[first["period"].isoformat()] == 1

@@ -29,6 +29,9 @@ app.conf.update(
     broker_transport_options={
         "visibility_timeout": float(os.environ.get("CELERY_TEST_VISIBILITY", "3600")),
         "confirm_publish": True,
+        # Redis: look for messages past their visibility timeout every second.
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
     },
     task_default_queue=QUEUE,
 )
