@@ -151,6 +151,18 @@ def take(database: Database, sent: Claim, holder: str) -> Delivery:
     sender as holder), `holder` the worker's name for this delivery. Idempotent for the
     same delivery (a start whose reply was lost finds the run running in its name)."""
     began = time.monotonic()
+    with database.transaction() as connection:
+        return _take(database, connection, sent, holder, began)
+
+
+def _take(
+    database: Database, connection: Connection, sent: Claim, holder: str, began: float
+) -> Delivery:
+    lease: Any = runs.c.lease_seconds
+    if not database.arrays:  # this host computes SQLite's times, a value at a time
+        lease = connection.execute(select(lease).where(runs.c.id == sent.id)).scalar()
+        if lease is None:
+            return Delivery(None, Refusal.GONE)
     statement = (
         update(runs)
         .where(
@@ -163,25 +175,24 @@ def take(database: Database, sent: Claim, holder: str) -> Delivery:
             holder=holder,
             started_at=database.now(),
             started_attempts=runs.c.started_attempts + 1,
-            lease_expires_at=database.lease_until(runs.c.lease_seconds),
+            lease_expires_at=database.lease_until(lease),
         )
         .returning(*_TAKEN)
     )
-    with database.transaction() as connection:
-        row = connection.execute(statement).first()
-        if row is not None:
-            return _taken(sent, holder, began, row)
-        again = connection.execute(
-            select(*_TAKEN).where(
-                runs.c.id == sent.id,
-                runs.c.attempt == sent.attempt,
-                runs.c.holder == holder,
-                runs.c.status == RunStatus.RUNNING.value,
-            )
-        ).first()
-        if again is not None:
-            return _taken(sent, holder, began, again)
-        return _refusal(database, connection, sent)
+    row = connection.execute(statement).first()
+    if row is not None:
+        return _taken(sent, holder, began, row)
+    again = connection.execute(
+        select(*_TAKEN).where(
+            runs.c.id == sent.id,
+            runs.c.attempt == sent.attempt,
+            runs.c.holder == holder,
+            runs.c.status == RunStatus.RUNNING.value,
+        )
+    ).first()
+    if again is not None:
+        return _taken(sent, holder, began, again)
+    return _refusal(database, connection, sent)
 
 
 def _taken(sent: Claim, holder: str, began: float, row: Any) -> Delivery:

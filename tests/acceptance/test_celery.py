@@ -157,8 +157,9 @@ def test_a_message_no_worker_picks_up_is_sent_again_after_its_deadline(
         cutoff = max(row["period"] for row in queued)
         _wait_row(
             postgres_url,
-            lambda row: row["period"] == cutoff + timedelta(seconds=2)
-            and row["status"] == "succeeded",
+            lambda row: (
+                row["period"] == cutoff + timedelta(seconds=2) and row["status"] == "succeeded"
+            ),
         )
     finally:
         node.stop()
