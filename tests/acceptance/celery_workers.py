@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,13 @@ class Worker:
 
 
 def start_worker(
-    cwd: Path, name: str, *, queue: str, concurrency: int = 2, pool: str = "prefork", **env: str
+    cwd: Path,
+    name: str,
+    *,
+    queue: str,
+    env: Mapping[str, str],
+    concurrency: int = 2,
+    pool: str = "prefork",
 ) -> Worker:
     log_path = cwd / f"{name}.log"
     with log_path.open("wb") as out:

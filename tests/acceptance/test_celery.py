@@ -41,7 +41,7 @@ def test_each_period_is_sent_once_and_run_once_on_a_worker(
         "CELERY_TEST_QUEUE": unique_queue(),
         "EXECUTION_LOG": str(evidence),
     }
-    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], **env)
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     try:
         node.wait_for(lambda event: event.get("event") == "node_started")
@@ -109,7 +109,7 @@ def test_a_worker_killed_mid_run_loses_the_attempt_and_the_period_runs_once_else
         CELERY_TEST_LEASE="2s",
     )
     workers = [
-        start_worker(tmp_path, f"w{n}", queue=env["CELERY_TEST_QUEUE"], concurrency=1, **env)
+        start_worker(tmp_path, f"w{n}", queue=env["CELERY_TEST_QUEUE"], concurrency=1, env=env)
         for n in (1, 2)
     ]
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
@@ -151,9 +151,10 @@ def test_a_message_no_worker_picks_up_is_sent_again_after_its_deadline(
     try:
         node.wait_for(lambda event: event.get("event") == "node_started")
         time.sleep(5)
-        queued = [row for row in run_rows(postgres_url, "remote_tick")]
-        assert queued and {row["status"] for row in queued} == {"queued"}
-        worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], **env)
+        queued = list(run_rows(postgres_url, "remote_tick"))
+        assert queued
+        assert {row["status"] for row in queued} == {"queued"}
+        worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
         cutoff = max(row["period"] for row in queued)
         _wait_row(
             postgres_url,
@@ -169,9 +170,8 @@ def test_a_message_no_worker_picks_up_is_sent_again_after_its_deadline(
     assert {row["status"] for row in rows} == {RunStatus.SUCCEEDED}
     assert max(row["attempt"] for row in rows) >= 2
     expired = attempt_rows(postgres_url, job="remote_tick")
-    assert expired and {(a["status"], a["reason"]) for a in expired} == {
-        ("abandoned", "queue_expired")
-    }
+    assert expired
+    assert {(a["status"], a["reason"]) for a in expired} == {("abandoned", "queue_expired")}
     ran = executions(tmp_path / "executions.txt")
     assert [p for p, times in ran.items() if times > 1] == []
     assert all(ran[row["period"].isoformat()] == 1 for row in rows)
@@ -194,7 +194,7 @@ def test_a_redelivery_after_the_visibility_timeout_is_refused_while_the_first_ru
         CELERY_TEST_VISIBILITY="1",
     )
     workers = [
-        start_worker(tmp_path, f"w{n}", queue=env["CELERY_TEST_QUEUE"], concurrency=1, **env)
+        start_worker(tmp_path, f"w{n}", queue=env["CELERY_TEST_QUEUE"], concurrency=1, env=env)
         for n in (1, 2)
     ]
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
@@ -222,7 +222,7 @@ def test_a_worker_cut_off_from_the_database_gives_the_run_up(
     """The worker's database connections die mid-run: its lease watch cancels the run
     before the lease can end, a node retakes it, another worker runs it; the first
     worker's outcome never lands."""
-    proxy = Proxy(int(postgres_url.rsplit(":", 1)[1].split("/")[0]))
+    proxy = Proxy(int(postgres_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]))
     proxy.start()
     env = _env(
         tmp_path,
@@ -236,14 +236,14 @@ def test_a_worker_cut_off_from_the_database_gives_the_run_up(
         "w1",
         queue=env["CELERY_TEST_QUEUE"],
         concurrency=1,
-        **{**env, "SCHEDULER_DATABASE_URL": proxy.url(postgres_url)},
+        env={**env, "SCHEDULER_DATABASE_URL": proxy.url(postgres_url)},
     )
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     other: Worker | None = None
     try:
         first = _wait_row(postgres_url, lambda row: row["status"] == "running", timeout=20)
         proxy.cut()
-        other = start_worker(tmp_path, "w2", queue=env["CELERY_TEST_QUEUE"], concurrency=1, **env)
+        other = start_worker(tmp_path, "w2", queue=env["CELERY_TEST_QUEUE"], concurrency=1, env=env)
         done = _wait_row(
             postgres_url,
             lambda row: row["id"] == first["id"] and row["status"] == "succeeded",
@@ -273,7 +273,7 @@ def test_sigterm_lets_the_running_task_finish_and_record_its_outcome(
         CELERY_TEST_CRON="*/10 * * * * *",
         CELERY_TEST_SLEEP="3",
     )
-    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], concurrency=1, **env)
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], concurrency=1, env=env)
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     try:
         first = _wait_row(postgres_url, lambda row: row["status"] == "running", timeout=20)

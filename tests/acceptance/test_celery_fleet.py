@@ -42,7 +42,7 @@ def test_two_nodes_three_workers_a_worker_killed_and_the_broker_restarted(
         "EXECUTION_LOG": str(evidence),
     }
     queue = env["CELERY_TEST_QUEUE"]
-    workers = [start_worker(tmp_path, f"w{n}", queue=queue, **env) for n in (1, 2, 3)]
+    workers = [start_worker(tmp_path, f"w{n}", queue=queue, env=env) for n in (1, 2, 3)]
     nodes = [start_node(tmp_path, f"node{n}", postgres_url, "on_celery", **env) for n in (1, 2)]
     try:
         for node in nodes:

@@ -45,14 +45,16 @@ def test_a_queued_run_is_started_once_by_the_worker_its_message_reached(
     claim = _queued(database)
     row = _row(database, claim)
     assert (row["status"], row["queue"], row["holder"]) == ("queued", "cron", NODE)
-    assert row["queued_at"] is not None and row["started_at"] is None
+    assert row["queued_at"] is not None
+    assert row["started_at"] is None
     # Queueing again under the same fence (a reply that was lost) finds it done.
     assert handoff.queue(database, [QueueRequest(claim, "cron", 60)]) == [Started.STARTED]
 
     taken = handoff.take(database, claim, WORKER)
     assert taken.claim is not None
     assert (taken.claim.holder, taken.claim.attempt, taken.claim.lease_seconds) == (WORKER, 1, 30)
-    assert taken.queued_ms is not None and taken.queued_ms >= 0
+    assert taken.queued_ms is not None
+    assert taken.queued_ms >= 0
     row = _row(database, claim)
     assert (row["status"], row["holder"], row["started_attempts"]) == ("running", WORKER, 1)
     # The same delivery, tried again, holds it still; a second copy does not.
@@ -87,7 +89,8 @@ def test_past_its_deadline_the_run_is_retaken_and_the_old_message_is_stale(
     (stale,) = takeover.find_stale(database, ["sync"], 10)
     assert (stale.status, stale.expired) == (RunStatus.QUEUED, True)
     second = takeover.retake(database, stale, "node-b")
-    assert second is not None and second.attempt == 2
+    assert second is not None
+    assert second.attempt == 2
     row = _row(database, claim)
     assert (row["status"], row["queued_at"], row["queue"]) == ("claimed", None, None)
     with database.transaction() as connection:

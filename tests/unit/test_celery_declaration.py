@@ -31,7 +31,7 @@ def _declare(executor: Any, **options: Any) -> Any:
         (celery(app=APP, queue=7), "executor.queue", "7"),  # type: ignore[arg-type]
         (celery(app=APP, routing_key=""), "executor.routing_key", "non-empty"),
         (celery(app=APP, priority=300), "executor.priority", "0 to 255"),
-        (celery(app=APP, priority=True), "executor.priority", "True"),  # type: ignore[arg-type]
+        (celery(app=APP, priority=True), "executor.priority", "True"),
         (celery(app=APP, deadline="1s"), "executor.deadline", "at least 2s"),
         (celery(app=APP, deadline="soon"), "executor.deadline", "'soon'"),
         (celery(app=APP, deadline=None), "executor.deadline", "duration"),  # type: ignore[arg-type]
