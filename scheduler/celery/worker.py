@@ -30,15 +30,19 @@ from scheduler.store.database import open_database
 
 DATABASE_VARIABLE = "SCHEDULER_DATABASE_URL"
 JOBS_VARIABLE = "SCHEDULER_JOBS"
-# A prefork child handles one delivery at a time; a threads pool a few: a small pool.
+# A prefork child handles one delivery at a time: a small pool (a threads pool of N
+# threads wants about N; see `install(connections=...)`).
 CONNECTIONS = 4
 
 
 class _Process:
     """This worker process's database, jobs and runs, made on its first delivery."""
 
-    def __init__(self, database_url: str, jobs: Sequence[str], log_format: LogFormat) -> None:
+    def __init__(
+        self, database_url: str, jobs: Sequence[str], log_format: LogFormat, connections: int
+    ) -> None:
         self._database_url = database_url
+        self._connections = connections
         self._jobs = list(jobs)
         self._log_format = log_format
         self._lock = threading.Lock()
@@ -51,7 +55,7 @@ class _Process:
                 level = os.environ.get("SCHEDULER_LOG_LEVEL", "info")
                 logs.configure(self._log_format, level, stream=sys.__stdout__)
                 log = logs.get_logger(worker=hostname)
-                database = open_database(self._database_url, connections=CONNECTIONS)
+                database = open_database(self._database_url, connections=self._connections)
                 jobs = load_jobs(self._jobs)
                 self._runs = WorkerRuns(database, jobs, hostname, log)
                 self._pid = os.getpid()
@@ -65,11 +69,13 @@ def install(
     database_url: str | None = None,
     jobs: Sequence[str] | str | None = None,
     log_format: str = "auto",
+    connections: int = CONNECTIONS,
 ) -> Any:
     """Register the `scheduler.run` task on `app`; returns the task.
 
     `database_url` and `jobs` default to SCHEDULER_DATABASE_URL and SCHEDULER_JOBS (a
-    comma-separated list), as for `scheduler run`.
+    comma-separated list), as for `scheduler run`. `connections`: the database pool of
+    each worker process.
     """
     url = database_url or os.environ.get(DATABASE_VARIABLE)
     entries = jobs if jobs is not None else os.environ.get(JOBS_VARIABLE, "")
@@ -87,7 +93,7 @@ def install(
             "scheduler.celery.install: log_format must be auto, json or console, "
             f"got {log_format!r}"
         ) from None
-    process = _Process(url, names, chosen)
+    process = _Process(url, names, chosen, connections)
 
     @app.task(  # type: ignore[untyped-decorator]
         name=TASK_NAME,
