@@ -98,8 +98,10 @@ def _modules(folder: Path, cron: str, count: int) -> tuple[str, str]:
 
 
 @contextmanager
-def _workers(folder: Path, url: str, queue: str, executions: Path) -> Iterator[list[Path]]:
-    """Start WORKERS Celery workers; yield their statement files; stop them after."""
+def _workers(
+    folder: Path, url: str, queue: str, executions: Path
+) -> Iterator[tuple[list[Path], list[int]]]:
+    """Start WORKERS Celery workers; yield their statement files and pids; stop them."""
     processes, stats = [], []
     for number in range(WORKERS):
         stat = folder / f"w{number}.statements.json"
@@ -128,7 +130,7 @@ def _workers(folder: Path, url: str, queue: str, executions: Path) -> Iterator[l
         )
         stats.append(stat)
     try:
-        yield stats
+        yield stats, [process.pid for process in processes]
     finally:
         for process in processes:
             process.terminate()
@@ -149,6 +151,15 @@ def _worker_statements(paths: list[Path]) -> int:
     return total
 
 
+def _cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (/proc/PID/stat)."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / harness.CLOCK_TICKS
+    return total
+
+
 def _node_env(executions: Path, folder: Path) -> dict[str, str]:
     return {
         "BENCH_EXECUTION_LOG": str(executions),
@@ -162,7 +173,7 @@ def burst(smoke: bool) -> Figures:
         due = math.ceil(time.time()) + lead
         jobs, queue = _modules(folder, harness.cron_at(due), count)
         executions = folder / "executions.log"
-        with _workers(folder, url, queue, executions) as worker_stats:
+        with _workers(folder, url, queue, executions) as (worker_stats, worker_pids):
             nodes = [
                 harness.start_node(folder, f"n{i}", url, jobs, env=_node_env(executions, folder))
                 for i in range(NODES)
@@ -176,8 +187,12 @@ def burst(smoke: bool) -> Figures:
                 before = harness.total_statements(nodes)
                 workers_before = _worker_statements(worker_stats)
                 machine_before = harness.machine_busy_seconds()
+                nodes_before = sum(node.cpu_seconds() for node in nodes)
+                workers_before_cpu = _cpu(worker_pids)
                 finished_at = b_burst._wait_finished(url, count, due + 300)
                 machine_cpu = harness.machine_busy_seconds() - machine_before
+                nodes_cpu = sum(node.cpu_seconds() for node in nodes) - nodes_before
+                workers_cpu = _cpu(worker_pids) - workers_before_cpu
                 time.sleep(0.5)
                 nodes_statements = harness.difference(harness.total_statements(nodes), before)
                 workers_statements = _worker_statements(worker_stats) - workers_before
@@ -197,6 +212,8 @@ def burst(smoke: bool) -> Figures:
             "last_finish": finished_at - due,
             "mean_queue_wait": float(mean_wait),
             "machine_ms_per_run": machine_cpu / count * 1000,
+            "nodes_ms_per_run": nodes_cpu / count * 1000,
+            "workers_ms_per_run": workers_cpu / count * 1000,
             "node_statements_per_run": nodes_statements["statements"] / count,
             "worker_statements_per_run": workers_statements / count,
             "statements_per_run": (nodes_statements["statements"] + workers_statements) / count,
@@ -210,7 +227,7 @@ def steady(smoke: bool) -> Figures:
     with harness.workspace("j") as folder, harness.fresh_database() as url:
         jobs, queue = _modules(folder, "* * * * * *", count)
         executions = folder / "executions.log"
-        with _workers(folder, url, queue, executions):
+        with _workers(folder, url, queue, executions) as (_, worker_pids):
             nodes = [
                 harness.start_node(
                     folder,
@@ -229,8 +246,12 @@ def steady(smoke: bool) -> Figures:
                 last = first + duration - 1
                 harness.sleep_until(first)
                 machine_before = harness.machine_busy_seconds()
+                nodes_before = sum(node.cpu_seconds() for node in nodes)
+                workers_before = _cpu(worker_pids)
                 harness.sleep_until(last + 1)
                 machine = (harness.machine_busy_seconds() - machine_before) / duration * 100
+                nodes_cpu = (sum(node.cpu_seconds() for node in nodes) - nodes_before) / duration
+                workers_cpu = (_cpu(worker_pids) - workers_before) / duration
                 harness.sleep_until(last + 6)
         window = (datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last, UTC))
         rows = harness.query(
@@ -252,6 +273,8 @@ def steady(smoke: bool) -> Figures:
             "steady_wait_p50": harness.percentile(waits, 50),
             "steady_wait_p99": harness.percentile(waits, 99),
             "steady_machine_cpu": machine,
+            "steady_nodes_cpu": nodes_cpu * 100,
+            "steady_workers_cpu": workers_cpu * 100,
             "steady_duplicates": sum(n - 1 for n in ran.values() if n > 1),
         }
 
@@ -276,6 +299,8 @@ ROWS = [
     Row("last_finish", "Celery: all runs finished (±0.2 s)", "s"),
     Row("mean_queue_wait", "Celery: mean time in the queue", "s"),
     Row("machine_ms_per_run", "CPU of the whole machine per run", "ms"),
+    Row("nodes_ms_per_run", "CPU of the 3 nodes per run", "ms"),
+    Row("workers_ms_per_run", "CPU of the 4 workers per run", "ms"),
     Row("local_statements_per_run", "baseline: statements per run", ""),
     Row("node_statements_per_run", "Celery: statements per run, nodes", ""),
     Row("worker_statements_per_run", "Celery: statements per run, workers", ""),
@@ -288,6 +313,8 @@ ROWS = [
     Row("steady_wait_p50", "steady: time in the queue p50", "ms"),
     Row("steady_wait_p99", "steady: time in the queue p99", "ms"),
     Row("steady_machine_cpu", "steady: CPU of the whole machine (of 200 %)", "% core"),
+    Row("steady_nodes_cpu", "steady: CPU of the 3 nodes", "% core"),
+    Row("steady_workers_cpu", "steady: CPU of the 4 workers", "% core"),
     Row("steady_duplicates", "steady: duplicates", "", "0", lambda v: v == 0, "max"),
 ]
 SCENARIO = Scenario(

@@ -7,7 +7,7 @@ Whatever the task queue (Celery today), a delivery goes the same way as a run on
    deadline, under a holder name of this delivery's own: a stale message (an older
    attempt, a run already settled, a second copy, one past its deadline) starts
    nothing and is only logged (`delivery_refused`), so the queue may acknowledge it;
-3. a renewal thread renews the lease in that name a third of the way into it, and the
+3. the renewal thread renews the lease in that name a third of the way into it, and the
    lease watch gives the run up (`ctx.cancelled`, items refused) by this process's
    clock before the lease can end on the database, when renewals fail;
 4. the function is called by the same executors a node uses, under the job's timeout;
@@ -62,7 +62,20 @@ class _Held:
     claim: Claim
     context: RunContext
     stop: threading.Event
+    # When the renewal thread renews its lease next (monotonic).
+    renew_at: float
     lost: bool = False
+
+
+class _Deadline(threading.Event):
+    """Set by itself once `seconds` have passed: how long a start may be retried."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._at = time.monotonic() + seconds
+
+    def is_set(self) -> bool:
+        return time.monotonic() >= self._at or super().is_set()
 
 
 class WorkerRuns:
@@ -78,7 +91,9 @@ class WorkerRuns:
         self._executors = Executors(jobs.values())
         self._held: dict[RunKey, _Held] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._leases = LeaseWatch(self._lose)
+        threading.Thread(target=self._renew_forever, name="renewals", daemon=True).start()
 
     def holder_name(self) -> str:
         """A name of this delivery's own: a second copy of the message, even in this very
@@ -131,19 +146,12 @@ class WorkerRuns:
             message.deadline_s,
             message.origin,
         )
-        give_up = threading.Event()
-        timer = threading.Timer(message.deadline_s, give_up.set)
-        timer.daemon = True
-        timer.start()
-        try:
-            return persist(
-                partial(handoff.take, self._database, sent, holder),
-                log=log,
-                closing=give_up,
-                default=None,
-            )
-        finally:
-            timer.cancel()
+        return persist(
+            partial(handoff.take, self._database, sent, holder),
+            log=log,
+            closing=_Deadline(message.deadline_s),
+            default=None,
+        )
 
     def _run(self, job: Job, delivery: Delivery, log: FilteringBoundLogger) -> None:
         claim = delivery.claim
@@ -158,14 +166,11 @@ class WorkerRuns:
             log=log,
             run_items=RunItems(self._database, claim),
         )
-        held = _Held(claim, context, threading.Event())
+        held = _Held(claim, context, threading.Event(), time.monotonic() + claim.lease_seconds / 3)
         with self._lock:
             self._held[claim.key] = held
+            self._changed.notify()
         self._leases.watch(claim.key, valid_until(claim.lease_from, claim.lease_seconds))
-        renewer = threading.Thread(
-            target=self._renew, args=(held,), name=f"renew:{claim.job}", daemon=True
-        )
-        renewer.start()
         try:
             log.info("run_started", origin=claim.origin.value, queued_ms=delivery.queued_ms)
             began = time.monotonic()
@@ -203,21 +208,34 @@ class WorkerRuns:
             default=False,
         )
 
+    def _renew_forever(self) -> None:
+        """One thread renews every run of the process, each a third of the way into its
+        lease (a delivery's holder name is its own, so one statement a run)."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                due = [held for held in self._held.values() if held.renew_at <= now]
+                if not due:
+                    later = [held.renew_at for held in self._held.values()]
+                    self._changed.wait(min(later) - now if later else None)
+                    continue
+                for held in due:
+                    held.renew_at = now + held.claim.lease_seconds / 3
+            for held in due:
+                self._renew(held)
+
     def _renew(self, held: _Held) -> None:
-        """Renew the run's lease a third of the way into it until the run ends here."""
         claim = held.claim
-        while not held.stop.wait(claim.lease_seconds / 3):
-            sent = time.monotonic()
-            try:
-                found = renewals.renew_leases(self._database, claim.holder)
-            except StoreError as error:  # the lease watch gives the run up in time
-                held.context.log.warning("lease_renewal_failed", error=error.message)
-                continue
-            if any(row.key == claim.key for row in found):
-                self._leases.extend(claim.key, valid_until(sent, claim.lease_seconds))
-            elif not held.stop.is_set():
-                self._lose(claim.key)
-                return
+        sent = time.monotonic()
+        try:
+            found = renewals.renew_leases(self._database, claim.holder)
+        except StoreError as error:  # the lease watch gives the run up in time
+            held.context.log.warning("lease_renewal_failed", error=error.message)
+            return
+        if any(row.key == claim.key for row in found):
+            self._leases.extend(claim.key, valid_until(sent, claim.lease_seconds))
+        elif not held.stop.is_set():
+            self._lose(claim.key)
 
     def _lose(self, key: RunKey) -> None:
         """The lease is gone, or may be by now: the function must stop, its items and

@@ -3,6 +3,7 @@ is sent once, run once on a worker, and recorded with its time in the queue."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,7 +20,7 @@ from tests.acceptance.celery_workers import (
     start_worker,
     unique_queue,
 )
-from tests.acceptance.processes import start_node
+from tests.acceptance.processes import SCHEDULER, environment, jobmods, start_node
 from tests.acceptance.records import attempt_rows, executions, missing_seconds, run_rows
 from tests.acceptance.tcp_proxy import Proxy
 
@@ -284,3 +285,38 @@ def test_sigterm_lets_the_running_task_finish_and_record_its_outcome(
     (row,) = [r for r in run_rows(postgres_url, "remote_tick") if r["id"] == first["id"]]
     assert (row["status"], row["attempt"]) == ("succeeded", 1)
     assert executions(tmp_path / "executions.txt")[first["period"].isoformat()] == 1
+
+
+def test_run_once_of_a_celery_job_waits_for_the_workers_outcome(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """`scheduler run-once` sends the period and exits with the outcome the worker wrote."""
+    env = _env(tmp_path, postgres_url, f"{REDIS_URL}/12", CELERY_TEST_SLEEP="1")
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
+    try:
+        result = subprocess.run(
+            [
+                SCHEDULER,
+                "run-once",
+                "remote_tick",
+                "--database-url",
+                postgres_url,
+                "--jobs",
+                jobmods("on_celery"),
+                "--log-format",
+                "json",
+            ],
+            cwd=tmp_path,
+            env=environment(**env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        worker.stop()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = run_rows(postgres_url, "remote_tick")
+    assert row["status"] == "succeeded"
+    assert row["holder"].startswith("w1@")
+    assert len(executions(tmp_path / "executions.txt")) == 1
