@@ -18,7 +18,10 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
+
+from celery import signals
 
 from scheduler import logs
 from scheduler.celery.executor import TASK_NAME
@@ -63,6 +66,20 @@ class _Process:
             return self._runs
 
 
+def _missing(url: str, names: Sequence[str]) -> str | None:
+    if not url:
+        return f"scheduler.celery.install: give database_url= or set {DATABASE_VARIABLE}"
+    if not names:
+        return f"scheduler.celery.install: give jobs= or set {JOBS_VARIABLE}"
+    return None
+
+
+def _refuse(message: str, **_signal: Any) -> None:
+    """A worker without its database or jobs must not take messages: it exits, saying why
+    (Celery logs and swallows an ordinary exception from a signal handler)."""
+    raise SystemExit(f"error: {message}")
+
+
 def install(
     app: Any,
     *,
@@ -74,18 +91,20 @@ def install(
     """Register the `scheduler.run` task on `app`; returns the task.
 
     `database_url` and `jobs` default to SCHEDULER_DATABASE_URL and SCHEDULER_JOBS (a
-    comma-separated list), as for `scheduler run`. `connections`: the database pool of
-    each worker process.
+    comma-separated list), as for `scheduler run`; a worker without them refuses to
+    start (a node importing the same module needs neither). `connections`: the database
+    pool of each worker process.
     """
-    url = database_url or os.environ.get(DATABASE_VARIABLE)
+    url = database_url or os.environ.get(DATABASE_VARIABLE, "")
     entries = jobs if jobs is not None else os.environ.get(JOBS_VARIABLE, "")
     names = (
         [entry for entry in entries.split(",") if entry] if isinstance(entries, str) else entries
     )
-    if not url:
-        raise UserError(f"scheduler.celery.install: give database_url= or set {DATABASE_VARIABLE}")
-    if not names:
-        raise UserError(f"scheduler.celery.install: give jobs= or set {JOBS_VARIABLE}")
+    missing = _missing(url, names)
+    if missing:
+        # The nodes import this module too, and need neither: only a worker refuses to
+        # start without them.
+        signals.worker_init.connect(partial(_refuse, missing), weak=False)
     try:
         chosen = LogFormat(log_format)
     except ValueError:

@@ -4,6 +4,7 @@ is sent once, run once on a worker, and recorded with its time in the queue."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -20,7 +21,7 @@ from tests.acceptance.celery_workers import (
     start_worker,
     unique_queue,
 )
-from tests.acceptance.processes import SCHEDULER, environment, jobmods, start_node
+from tests.acceptance.processes import REPOSITORY, SCHEDULER, environment, jobmods, start_node
 from tests.acceptance.records import attempt_rows, executions, missing_seconds, run_rows
 from tests.acceptance.tcp_proxy import Proxy
 
@@ -320,3 +321,27 @@ def test_run_once_of_a_celery_job_waits_for_the_workers_outcome(
     assert row["status"] == "succeeded"
     assert row["holder"].startswith("w1@")
     assert len(executions(tmp_path / "executions.txt")) == 1
+
+
+def test_a_worker_without_its_database_refuses_to_start_and_says_why(tmp_path: Path) -> None:
+    """The nodes import the app's module without a worker's settings; a worker may not."""
+    (tmp_path / "bare_app.py").write_text(
+        "from celery import Celery\n"
+        "from scheduler.celery import install\n"
+        f"app = Celery('bare', broker={REDIS_URL + '/12'!r})\n"
+        "install(app, jobs=['bare_app'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "bare_app", "worker", "-Q", unique_queue()],
+        cwd=tmp_path,
+        env=environment(PYTHONPATH=f"{tmp_path}:{REPOSITORY}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "error: scheduler.celery.install: give database_url= or set SCHEDULER_DATABASE_URL" in (
+        result.stderr + result.stdout
+    )
+    assert "Traceback" not in result.stderr
