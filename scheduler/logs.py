@@ -32,13 +32,13 @@ def current() -> tuple[LogFormat, str]:
     return _current
 
 
-def configure(log_format: LogFormat, level: str) -> None:
-    """Route structlog and the stdlib through one renderer on stdout."""
+def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -> None:
+    """Route structlog and the stdlib through one renderer on stdout (or `stream`: a
+    Celery worker passes the real stdout, which Celery replaces with a logger)."""
     global _current  # noqa: PLW0603 - logging is process-wide by nature
     _current = (log_format, level)
-    use_json = log_format is LogFormat.JSON or (
-        log_format is LogFormat.AUTO and not sys.stdout.isatty()
-    )
+    out = stream or sys.stdout
+    use_json = log_format is LogFormat.JSON or (log_format is LogFormat.AUTO and not out.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -47,12 +47,12 @@ def configure(log_format: LogFormat, level: str) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
     exceptions: Any = structlog.processors.format_exc_info if use_json else _identity
     failures = _failure_as_data if use_json else _failure_as_text
     # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[

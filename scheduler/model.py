@@ -134,6 +134,39 @@ class StartRequest:
 
 
 @dataclass(frozen=True)
+class QueueRequest:
+    """Mark a held run as handed to a task queue (`queued`), its lease becoming the
+    deadline (`deadline_s` from now) by which a worker must start it. `in_turn` as for a
+    start: a queued run occupies its job like a running one."""
+
+    claim: Claim
+    queue: str
+    deadline_s: float
+    in_turn: bool = False
+
+
+class Refusal(Enum):
+    """Why a worker may not start a delivered run: the message is stale."""
+
+    GONE = "gone"  # no such run
+    SUPERSEDED = "superseded"  # a later attempt exists: the message's attempt was retaken
+    SETTLED = "settled"  # the run has ended
+    TAKEN = "taken"  # another delivery of this message started it
+    EXPIRED = "expired"  # still queued, but its deadline passed: a node will re-send it
+    UNSENT = "unsent"  # not queued (yet): the sender's write has not landed
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a worker's start found: the run it now holds, or why it may not start it."""
+
+    claim: Claim | None
+    refusal: Refusal | None = None
+    status: RunStatus | None = None
+    queued_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class Finish:
     """How an attempt ended. `retry_in` marks the period for another attempt after that
     many seconds; any node's recovery pass may take it then. `lingering`: the function

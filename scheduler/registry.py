@@ -26,6 +26,7 @@ from scheduler.errors import JobDefinitionError, ScheduleError, UserError
 from scheduler.hooks import Hook, job_hooks
 from scheduler.model import Due, lock_key
 from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
+from scheduler.remote import Declared, Remote
 from scheduler.states import EventKind
 
 # Every option's default is the Policy's own: one source.
@@ -44,6 +45,8 @@ class Job:
     takes_context: bool
     # The job's own alert hooks by event kind (`@job(on=...)`); global ones are extra.
     hooks: Mapping[EventKind, tuple[Hook, ...]] = field(default_factory=dict, compare=False)
+    # Its periods run on a task queue's workers (`executor=celery(...)`); None: here.
+    remote: Remote | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The decorated function stays callable as before, e.g. from a test."""
@@ -81,11 +84,13 @@ def job(
     catchup_limit: int = DEFAULTS.catchup_limit,
     jitter: Duration = DEFAULTS.jitter,
     on: Mapping[str, Hook | Iterable[Hook]] | None = None,
+    executor: Declared | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
 
     Every option is checked here, so a mistake fails the import of its module with
-    a message naming the job and the field.
+    a message naming the job and the field. `executor=celery(...)` (`scheduler.celery`)
+    hands each period to a Celery worker instead of running it in the node.
     """
 
     def register(func: Callable[..., Any]) -> Job:
@@ -113,6 +118,7 @@ def job(
             is_async=inspect.iscoroutinefunction(func),
             takes_context=_takes_context(job_name, func),
             hooks=job_hooks(job_name, on),
+            remote=_check_executor(job_name, executor, policy),
         )
 
     return register
@@ -131,6 +137,27 @@ def _check_schedule(name: str, cron: str, timezone: str) -> Schedule:
         return parse_schedule(cron, timezone)
     except ScheduleError as error:
         raise JobDefinitionError(name, error.field, error.message) from None
+
+
+def _check_executor(name: str, executor: object, policy: Policy) -> Remote | None:
+    """A remote executor is one of ours (`celery(...)`), checked against the job's name."""
+    if executor is None:
+        return None
+    checked = getattr(executor, "checked", None)
+    if not callable(checked):
+        raise JobDefinitionError(
+            name,
+            "executor",
+            f"must be celery(...) from scheduler.celery (or None to run here), got {executor!r}",
+        )
+    if policy.isolation is Isolation.PROCESS:
+        raise JobDefinitionError(
+            name,
+            "isolation",
+            "'process' cannot be combined with a remote executor: the worker is the isolation",
+        )
+    remote: Remote = checked(name)
+    return remote
 
 
 def _takes_context(name: str, func: Callable[..., Any]) -> bool:

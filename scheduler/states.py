@@ -7,6 +7,8 @@ from enum import StrEnum
 
 class RunStatus(StrEnum):
     CLAIMED = "claimed"
+    # Handed to a task queue: its message is sent, no worker has started it yet.
+    QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -16,7 +18,7 @@ class RunStatus(StrEnum):
     MISSED = "missed"
 
 
-ACTIVE_STATUSES = (RunStatus.CLAIMED, RunStatus.RUNNING)
+ACTIVE_STATUSES = (RunStatus.CLAIMED, RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class Reason(StrEnum):
@@ -28,6 +30,8 @@ class Reason(StrEnum):
     WINDOW = "window"
     SHUTDOWN = "shutdown"
     LEASE_EXPIRED = "lease_expired"
+    # Its message waited in the task queue past its deadline (or was never delivered).
+    QUEUE_EXPIRED = "queue_expired"
 
 
 class Origin(StrEnum):

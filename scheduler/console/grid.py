@@ -28,6 +28,7 @@ LEGEND = (
     RunStatus.SKIPPED,
     RunStatus.MISSED,
     RunStatus.RUNNING,
+    RunStatus.QUEUED,
     RunStatus.CLAIMED,
     UPCOMING,
 )

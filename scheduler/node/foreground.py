@@ -33,6 +33,8 @@ from scheduler.store.database import Database
 # A period this far ahead of the database clock is still accepted (clock skew).
 FUTURE_TOLERANCE = timedelta(seconds=2)
 WAIT_SLICE_S = 0.2
+# A remote run is under way while queued or running on a worker.
+_UNDER_WAY = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 SUCCESS, FAILURE = 0, 1
 
 
@@ -118,9 +120,29 @@ class Foreground:
                         self._grace.total_seconds(), before_giving_back=self._heartbeat.stop
                     )
                     return False
+            if self.job.remote is not None:
+                resent = self._await_remote(current)
+                if resent is not None:
+                    current = resent
+                    continue
             current = self._next_attempt(current)
         row = queries.run_mapping(self.database, claim.job, claim.period)
         return bool(row and row["status"] == RunStatus.SUCCEEDED)
+
+    def _await_remote(self, claim: Claim) -> Claim | None:
+        """A run sent to a task queue ends on a worker: wait for its outcome. A message no
+        worker started by its deadline (or that was not sent) is retaken here and sent
+        again; the next attempt is returned then, None once the run ended."""
+        while not self._stop.wait(WAIT_SLICE_S):
+            row = queries.run_mapping(self.database, claim.job, claim.period)
+            if row is None or row["status"] not in _UNDER_WAY:
+                return None
+            for stale in takeover.find_stale(self.database, [claim.job], 1000):
+                if stale.id == claim.id and stale.expired:
+                    retaken = takeover.retake(self.database, stale, self.node.id)
+                    if retaken is not None:
+                        return retaken
+        return None
 
     @property
     def stopped(self) -> bool:

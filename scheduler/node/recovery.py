@@ -172,12 +172,12 @@ class Recovery(SideThread):
         claim = takeover.retake(self._database, run, self._node_id)
         if claim is None:
             return
-        if run.expired:  # its holder died or lost it: news
+        if run.expired:  # its holder died or lost it, or no worker took its message: news
             log.warning(
                 "run_retaken",
                 attempt=claim.attempt,
                 previous_holder=run.holder,
-                cause="lease_expired",
+                cause="queue_expired" if run.status is RunStatus.QUEUED else "lease_expired",
             )
         else:  # a retry coming due is the normal course of things
             log.info(

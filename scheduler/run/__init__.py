@@ -21,6 +21,9 @@ dispatcher until its outcome is settled):
     heartbeat thread ── store.renewals ──▶ Dispatcher.renewed: deadlines forward
     lease watch thread ── deadline passed ──▶ Dispatcher.lose: cancel, kill the child
 
-A remote executor plugs in at `executors.Executor`: the fence, the lease and the
-outcome writer stay where they are.
+A job that runs on a task queue (`executor=celery(...)`) takes the same path up to the
+starter, which marks it `queued` instead of `running` (`store.handoff`); a worker thread
+then sends its one message (`remote.py`) and the run ends here. The worker's side,
+`delivered.py`, starts it under the message's fence and holds it as a node would: the
+fence, the lease and the outcome's row stay the same.
 """

@@ -1,6 +1,7 @@
 """A run this node holds, and the phase it is in.
 
 WAITING: claimed, not started (queued behind an earlier period, or for a worker).
+SENDING: queued for a task queue, its message being sent; the run then ends here.
 RUNNING: its function is being called. RECORDING: the function returned; its outcome is
 with the outcome writer. LINGERING: it timed out in its thread and still runs there.
 ABANDONED: given back (the node drains, or it never started).
@@ -19,6 +20,7 @@ from scheduler.run.context import RunContext
 
 class Phase(Enum):
     WAITING = "waiting"
+    SENDING = "sending"
     RUNNING = "running"
     RECORDING = "recording"
     LINGERING = "lingering"

@@ -31,10 +31,11 @@ from typing import TypeVar
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
-from scheduler.model import Claim, Finish, Held, RunKey, Started, StartRequest
+from scheduler.model import Claim, Finish, Held, QueueRequest, RunKey, Started, StartRequest
 from scheduler.policy import Overlap
 from scheduler.registry import Job
-from scheduler.run import observers, outcomes
+from scheduler.remote import Remote
+from scheduler.run import observers, outcomes, remote
 from scheduler.run.active import ActiveRun, Phase
 from scheduler.run.context import RunContext
 from scheduler.run.executors import Executors
@@ -146,14 +147,30 @@ class Dispatcher:
         if self._stopping.is_set():
             return [False] * len(batch)
         sent = time.monotonic()
+        here = [active for active in batch if self._remote(active) is None]
+        away = [active for active in batch if self._remote(active) is not None]
+        results: dict[RunKey, Started] = {}
         try:
-            started = self._writer.start_many([StartRequest(a.claim, a.in_turn) for a in batch])
+            if here:
+                started = self._writer.start_many([StartRequest(a.claim, a.in_turn) for a in here])
+                results |= {a.claim.key: r for a, r in zip(here, started, strict=True)}
+            if away:
+                queued = self._writer.queue_many([self._queue_request(a) for a in away])
+                results |= {a.claim.key: r for a, r in zip(away, queued, strict=True)}
         except Exception:  # noqa: BLE001 - any fault here leaves the run to the slow path
             return [False] * len(batch)
-        for active, result in zip(batch, started, strict=True):
-            if result is Started.STARTED:
+        for active in here:
+            if results[active.claim.key] is Started.STARTED:
                 self._extend(active, sent)
-        return [result is Started.STARTED for result in started]
+        return [results.get(active.claim.key) is Started.STARTED for active in batch]
+
+    def _remote(self, active: ActiveRun) -> Remote | None:
+        return self._jobs[active.claim.job].remote
+
+    def _queue_request(self, active: ActiveRun) -> QueueRequest:
+        job_remote = self._remote(active)
+        assert job_remote is not None
+        return remote.queue_request(active.claim, job_remote, in_turn=active.in_turn)
 
     def _hand(self, active: ActiveRun, started: bool) -> None:
         try:
@@ -186,6 +203,9 @@ class Dispatcher:
                 return True
             if started is not Started.STARTED:
                 return False
+        if job.remote is not None:
+            self._send(active, job.remote)
+            return False
         with self._lock:
             if active.phase is not Phase.WAITING:  # given back meanwhile
                 return False
@@ -214,6 +234,17 @@ class Dispatcher:
         self._writer.finish_later(written, recorded)
         return True
 
+    def _send(self, active: ActiveRun, job_remote: Remote) -> None:
+        """The run is marked queued: send its message; the run ends here either way (a
+        worker holds it from its start on; an unsent one is retaken and sent again)."""
+        with self._lock:
+            if active.phase is not Phase.WAITING:
+                return
+            active.phase = Phase.SENDING
+        # The queued lease is the message's deadline, renewed by nobody: nothing to watch.
+        self._leases.forget(active.claim.key)
+        remote.send(self._database, active.claim, job_remote, active.context.log)
+
     def _wait_and_start(self, active: ActiveRun) -> Started:
         """Start once no earlier period of the job is active, unless its overlap is `allow`.
 
@@ -228,9 +259,11 @@ class Dispatcher:
                 self._give_back_unstarted(active)
                 return Started.LOST
             sent = time.monotonic()
-            started = self._persist(
-                active, partial(self._writer.start_one, claim, in_turn=active.in_turn), Started.LOST
-            )
+            if self._remote(active) is None:
+                write = partial(self._writer.start_one, claim, in_turn=active.in_turn)
+            else:
+                write = partial(self._writer.queue_one, self._queue_request(active))
+            started = self._persist(active, write, Started.LOST)
             if started is Started.STARTED:
                 self._extend(active, sent)
                 return started

@@ -11,9 +11,11 @@ job's errors never escape it. Three ship today:
 - `ProcessExecutor`: `isolation="process"`, a fresh interpreter the node can kill
   (`run/child.py` is the other side). Use it for work that must really stop.
 
-A remote executor (a task queue) plugs in by the same contract: honour the timeout,
-stop when `context.cancelled` is set, report a child it can kill through `attach`, and
-say `lingering` when the work may go on after `call` returns.
+Another executor in the node plugs in by the same contract: honour the timeout, stop
+when `context.cancelled` is set, report a child it can kill through `attach`, and say
+`lingering` when the work may go on after `call` returns. A task queue is not an
+executor of the node: the node only sends the run (`run.remote`, a job's `remote`), and
+the worker calls the function with these same executors (`run.delivered`).
 """
 
 from __future__ import annotations

@@ -20,12 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import Enum
+from functools import partial
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler.model import Claim, Finish, Started, StartRequest
+from scheduler.model import Claim, Finish, QueueRequest, Started, StartRequest
 from scheduler.run.groupcommit import MAX_BATCH, GroupCommit
-from scheduler.store import writes
+from scheduler.store import handoff, writes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError, StoreRejectedError
 from scheduler.supervision import Backoff, Worker
@@ -64,6 +65,9 @@ class RunWriter(Worker):
         self._starts: GroupCommit[StartRequest, Started] = GroupCommit(
             self._write_starts, isolate=refused_data
         )
+        self._queued: GroupCommit[QueueRequest, Started] = GroupCommit(
+            partial(handoff.queue, database), isolate=refused_data
+        )
         self._outcomes: queue.SimpleQueue[tuple[Finish, Then] | None] = queue.SimpleQueue()
         self.start()
 
@@ -74,6 +78,14 @@ class RunWriter(Worker):
     def start_many(self, requests: Sequence[StartRequest]) -> list[Started]:
         """Mark many runs running in one statement, each on its own fence."""
         return self._write_starts(requests)
+
+    def queue_one(self, request: QueueRequest) -> Started:
+        """Mark a run queued for a task queue's worker (group commit, like `start_one`)."""
+        return self._queued.submit(request)
+
+    def queue_many(self, requests: Sequence[QueueRequest]) -> list[Started]:
+        """Mark many runs queued in one statement, each on its own fence."""
+        return handoff.queue(self._database, requests)
 
     def finish_now(self, outcome: Finish) -> bool:
         """Record an outcome and wait for it; False when the fence refused it."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, select, text, update
 
 from scheduler.model import NodeIdentity
+from scheduler.states import RunStatus
 from scheduler.store.database import Database
 from scheduler.store.schema import nodes, runs
 from scheduler.store.wakeups import Wake, notify_on
@@ -171,14 +172,20 @@ def own_lock_held(connection: Connection, node_id: str) -> bool:
 
 def release_runs_of(database: Database, holders: Collection[str]) -> int:
     """End the leases of every run these nodes hold, if their liveness lock is still
-    gone: the recovery loop takes the runs over at once. Returns how many."""
+    gone: the recovery loop takes the runs over at once (not a queued one, whose message
+    a worker may still pick up before its deadline). Returns how many."""
     if not holders or not database.sessions:
         return 0
     now = database.now()
     dead = select(nodes.c.id).where(nodes.c.id.in_(sorted(holders)), _gone())
     statement = (
         update(runs)
-        .where(runs.c.holder.in_(dead), runs.c.lease_expires_at > now)
+        # A queued run needs its sender no more: its message may still be picked up.
+        .where(
+            runs.c.holder.in_(dead),
+            runs.c.lease_expires_at > now,
+            runs.c.status != RunStatus.QUEUED.value,
+        )
         .values(lease_expires_at=now)
     )
     with database.transaction() as connection:

@@ -13,9 +13,10 @@ from sqlalchemy import Connection, and_, select, update
 from scheduler.model import Held
 from scheduler.states import Origin, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE
 from scheduler.store.schema import runs
 
+# What a holder renews: not `queued`, whose lease is its message's deadline.
+RENEWED = [RunStatus.CLAIMED.value, RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]
 _HELD_COLUMNS = (
     runs.c.id,
     runs.c.job,
@@ -34,7 +35,8 @@ def renew_leases(database: Database, holder: str) -> list[Held]:
     Found by the name, not by a list of ids: a run this node claimed or started without
     hearing back (a lost reply) is found too, and the caller can adopt or release it. A
     lease that has already run out by the database clock is not renewed: the run is
-    anyone's then, and its old holder must learn that it lost it.
+    anyone's then, and its old holder must learn that it lost it. A `queued` run is not
+    renewed: its lease is the deadline its message has to be picked up by a worker.
     """
     with database.transaction() as connection:
         return renew_on(database, connection, holder)
@@ -46,7 +48,7 @@ def renew_on(database: Database, connection: Connection, holder: str) -> list[He
     held = and_(
         runs.c.holder == holder,
         runs.c.lease_expires_at >= now,
-        runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value]),
+        runs.c.status.in_(RENEWED),
     )
     if database.arrays:
         statement = (

@@ -82,6 +82,11 @@ runs = Table(
     # so that its retry cannot start beside it.
     Column("lease_expires_at", UTCDateTime()),
     Column("claimed_at", UTCDateTime(), nullable=False),
+    # A run handed to a task queue (`executor=celery(...)`): when its message was sent
+    # (status `queued` until a worker starts it) and to which queue; started_at minus
+    # queued_at is the time it waited there.
+    Column("queued_at", UTCDateTime()),
+    Column("queue", String(200)),
     Column("started_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
     Column("duration_ms", Integer),

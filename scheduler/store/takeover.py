@@ -124,8 +124,9 @@ def retake(
     it is no longer stale (its holder renewed the lease after we read it).
 
     The superseded attempt is copied to `scheduler_attempts` first (an expired one as
-    abandoned), then the run row is compare-and-set on the state we read, and on it
-    still being stale by the database clock. The job's lock orders it with the starts
+    abandoned: `queue_expired` if its message was never started, else `lease_expired`),
+    then the run row is compare-and-set on the state we read, and on it still being
+    stale by the database clock. The job's lock orders it with the starts
     of its other periods. `by_hand` (rerun, backfill): a run that ended is taken as it
     was read, due or not, paused or not; it still must not have changed since.
     """
@@ -147,6 +148,8 @@ def retake(
                 origin=new_origin.value,
                 lease_expires_at=database.lease_until(stale.lease_seconds),
                 claimed_at=database.now(),
+                queued_at=None,
+                queue=None,
                 started_at=None,
                 finished_at=None,
                 duration_ms=None,
@@ -249,7 +252,10 @@ def _supersede(
     then finds it exactly as copied."""
     if stale.expired:
         status: ColumnElement[Any] = literal(RunStatus.ABANDONED.value)
-        reason: ColumnElement[Any] = literal(Reason.LEASE_EXPIRED.value)
+        reason: ColumnElement[Any] = case(
+            (runs.c.status == RunStatus.QUEUED.value, literal(Reason.QUEUE_EXPIRED.value)),
+            else_=literal(Reason.LEASE_EXPIRED.value),
+        )
         finished: ColumnElement[Any] = database.now()
     else:
         status, reason, finished = runs.c.status, runs.c.reason, runs.c.finished_at

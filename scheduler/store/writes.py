@@ -89,7 +89,7 @@ def record(
     return applied, started
 
 
-def _earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+def earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
     """Another period of the job runs (or lingers), or an earlier one waits, under a
     live lease."""
     return exists().where(
@@ -97,7 +97,9 @@ def _earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> C
         _other.c.id != run_id,
         _other.c.lease_expires_at > database.now(),
         or_(
-            _other.c.status.in_([RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]),
+            _other.c.status.in_(
+                [RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]
+            ),
             and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
         ),
     )
@@ -119,7 +121,7 @@ def _start_one(database: Database, connection: Connection, request: StartRequest
         runs.c.lease_expires_at > database.now(),
     ]
     if request.in_turn:
-        conditions.append(~_earlier_active(database, claim.job, claim.id, claim.period))
+        conditions.append(~earlier_active(database, claim.job, claim.id, claim.period))
     statement = (
         update(runs)
         .where(*conditions)
@@ -206,13 +208,13 @@ _START_POSTGRES = text(
                 CAST(:in_turn AS BOOLEAN[])) AS wanted(id, attempt, holder, in_turn)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
-      AND (run.status IN ({ACTIVE_SQL})) IS TRUE
+      AND (run.status IN ('claimed', 'running')) IS TRUE
       AND run.lease_expires_at > statement_timestamp()
       AND (run.status = 'running' OR NOT (wanted.in_turn AND EXISTS (
           SELECT FROM {runs.name} AS other
           WHERE other.job = run.job AND other.id <> run.id
             AND other.lease_expires_at > statement_timestamp()
-            AND (other.status IN ('running', 'timed_out')
+            AND (other.status IN ('queued', 'running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period)))))
     RETURNING run.id, run.attempt, run.holder
     """  # noqa: S608 - table names and statuses are our constants; values are parameters

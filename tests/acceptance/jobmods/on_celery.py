@@ -1,0 +1,59 @@
+"""Jobs that run on Celery workers, and the Celery app both the nodes and the workers load.
+
+Configured by the test through the environment: the broker, a queue of the test's own,
+the job's lease, the message deadline and how long a body sleeps. Every execution
+writes a line (period, holder, attempt) as evidence outside the runs table.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from celery import Celery
+
+from scheduler import RunContext, job
+from scheduler.celery import celery, install
+
+BROKER = os.environ.get("CELERY_TEST_BROKER", "redis://127.0.0.1:6379/15")
+QUEUE = os.environ.get("CELERY_TEST_QUEUE", "cronclaim-tests")
+LEASE = os.environ.get("CELERY_TEST_LEASE", "3s")
+DEADLINE = os.environ.get("CELERY_TEST_DEADLINE", "5s")
+
+app = Celery("cronclaim_tests", broker=BROKER)
+app.conf.update(
+    worker_hijack_root_logger=False,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={
+        "visibility_timeout": float(os.environ.get("CELERY_TEST_VISIBILITY", "3600")),
+        "confirm_publish": True,
+        # Redis: look for messages past their visibility timeout every second.
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    },
+    task_default_queue=QUEUE,
+)
+if os.environ.get("SCHEDULER_DATABASE_URL"):
+    install(app, jobs=[__name__], log_format="json")
+
+
+def _evidence(ctx: RunContext) -> None:
+    with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
+        log.write(f"{ctx.period.isoformat()} {ctx.node} {ctx.attempt}\n")
+
+
+@job(
+    cron=os.environ.get("CELERY_TEST_CRON", "* * * * * *"),
+    name="remote_tick",
+    lease=LEASE,
+    overlap="allow",
+    executor=celery(app=app, queue=QUEUE, deadline=DEADLINE),
+)
+def remote_tick(ctx: RunContext) -> None:
+    """Sleeps a while (long enough to be killed inside it when a test asks)."""
+    time.sleep(float(os.environ.get("CELERY_TEST_SLEEP", "0.05")))
+    if ctx.cancelled.is_set():
+        return
+    _evidence(ctx)
