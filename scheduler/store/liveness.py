@@ -173,7 +173,9 @@ def _session(conninfo: str, application_name: str) -> psycopg.Connection[Any]:
         tcp_user_timeout=TCP_USER_TIMEOUT_MS,
         prepare_threshold=None,
     )
-    # No server timeout may end it (before PostgreSQL 14 there is no such timeout).
-    with contextlib.suppress(psycopg.Error):
-        connection.execute("SELECT set_config('idle_session_timeout', '0', false)")
+    # No server timeout may end it, nor the watch's wait for a lock (a database or role
+    # may set any of them; before PostgreSQL 14 there is no idle_session_timeout).
+    for setting in ("lock_timeout", "statement_timeout", "idle_session_timeout"):
+        with contextlib.suppress(psycopg.Error):
+            connection.execute("SELECT set_config(%s, '0', false)", (setting,))
     return connection
