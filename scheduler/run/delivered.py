@@ -38,7 +38,7 @@ from scheduler.remote import TaskMessage
 from scheduler.run import outcomes
 from scheduler.run.context import RunContext
 from scheduler.run.executors import Executors
-from scheduler.run.items import RunItems
+from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, valid_until
 from scheduler.run.writer import Settled
 from scheduler.store import handoff, renewals, writes
@@ -156,16 +156,7 @@ class WorkerRuns:
     def _run(self, job: Job, delivery: Delivery, log: FilteringBoundLogger) -> None:
         claim = delivery.claim
         assert claim is not None
-        context = RunContext(
-            job=claim.job,
-            period=claim.period,
-            run_id=claim.id,
-            attempt=claim.attempt,
-            node=claim.holder,
-            origin=claim.origin,
-            log=log,
-            run_items=RunItems(self._database, claim),
-        )
+        context = run_context(claim, node=claim.holder, database=self._database, log=log)
         held = _Held(claim, context, threading.Event(), time.monotonic() + claim.lease_seconds / 3)
         with self._lock:
             self._held[claim.key] = held

@@ -37,10 +37,9 @@ from scheduler.registry import Job
 from scheduler.remote import Remote
 from scheduler.run import observers, outcomes, remote
 from scheduler.run.active import ActiveRun, Phase
-from scheduler.run.context import RunContext
 from scheduler.run.executors import Executors
 from scheduler.run.failures import Outcome
-from scheduler.run.items import RunItems
+from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, valid_until
 from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.starter import Starter
@@ -107,16 +106,7 @@ class Dispatcher:
         log = self._log.bind(
             job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
         )
-        context = RunContext(
-            job=claim.job,
-            period=claim.period,
-            run_id=claim.id,
-            attempt=claim.attempt,
-            node=self._node_id,
-            origin=claim.origin,
-            log=log,
-            run_items=RunItems(self._database, claim),
-        )
+        context = run_context(claim, node=self._node_id, database=self._database, log=log)
         in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, in_turn)
         if self._stopping.is_set():

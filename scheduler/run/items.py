@@ -18,6 +18,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.errors import RunLostError
 from scheduler.model import Claim
+from scheduler.run.context import RunContext
 from scheduler.store import checkpoints
 from scheduler.store import items as stored_items
 from scheduler.store.database import Database
@@ -137,3 +138,20 @@ class RunItems:
         if elsewhere:
             message += ", or connection= does not reach the scheduler's database"
         return message
+
+
+def run_context(
+    claim: Claim, *, node: str, database: Database, log: FilteringBoundLogger
+) -> RunContext:
+    """The context a job gets for a claim held here (by a node, or a task queue's
+    worker), with its fenced handle on items and its checkpoint."""
+    return RunContext(
+        job=claim.job,
+        period=claim.period,
+        run_id=claim.id,
+        attempt=claim.attempt,
+        node=node,
+        origin=claim.origin,
+        log=log,
+        run_items=RunItems(database, claim),
+    )

@@ -24,7 +24,7 @@ from scheduler.states import RunStatus
 from scheduler.store.database import Database
 from scheduler.store.fence import ACTIVE, fence_arrays, fence_of, lock_jobs, mine
 from scheduler.store.schema import runs
-from scheduler.store.writes import earlier_active
+from scheduler.store.writes import startable
 
 
 def queue(database: Database, requests: Sequence[QueueRequest]) -> list[Started]:
@@ -43,16 +43,9 @@ def queue(database: Database, requests: Sequence[QueueRequest]) -> list[Started]
 
 def _queue_one(database: Database, connection: Connection, request: QueueRequest) -> Started:
     claim = request.claim
-    conditions = [
-        mine(claim),
-        runs.c.status == RunStatus.CLAIMED.value,
-        runs.c.lease_expires_at > database.now(),
-    ]
-    if request.in_turn:
-        conditions.append(~earlier_active(database, claim.job, claim.id, claim.period))
     statement = (
         update(runs)
-        .where(*conditions)
+        .where(*startable(database, claim, in_turn=request.in_turn))
         .values(
             status=RunStatus.QUEUED.value,
             queued_at=database.now(),

@@ -105,6 +105,20 @@ def earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> Co
     )
 
 
+def startable(database: Database, claim: Claim, *, in_turn: bool) -> list[ColumnElement[bool]]:
+    """A claimed run its holder may set going now (start it here, or queue it for a
+    worker): its fence, not started yet, its lease live, and, in turn, no earlier period
+    of its job active."""
+    conditions = [
+        mine(claim),
+        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.lease_expires_at > database.now(),
+    ]
+    if in_turn:
+        conditions.append(~earlier_active(database, claim.job, claim.id, claim.period))
+    return conditions
+
+
 def _start_one(database: Database, connection: Connection, request: StartRequest) -> Started:
     claim = request.claim
     ours = mine(claim)
@@ -115,16 +129,9 @@ def _start_one(database: Database, connection: Connection, request: StartRequest
     )
     if again.rowcount == 1:
         return Started.STARTED
-    conditions = [
-        ours,
-        runs.c.status == RunStatus.CLAIMED.value,
-        runs.c.lease_expires_at > database.now(),
-    ]
-    if request.in_turn:
-        conditions.append(~earlier_active(database, claim.job, claim.id, claim.period))
     statement = (
         update(runs)
-        .where(*conditions)
+        .where(*startable(database, claim, in_turn=request.in_turn))
         .values(
             status=RunStatus.RUNNING.value,
             started_at=database.now(),
