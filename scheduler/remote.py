@@ -10,7 +10,8 @@ binding is `scheduler.celery`, and Dramatiq or RQ would plug in alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -60,6 +61,9 @@ class TaskMessage:
     holder: str
     origin: Origin
     deadline_s: float
+    # The sender's trace context (W3C `traceparent`, `tracestate`), sent as the message's
+    # headers rather than in its body; empty when nothing traces the run.
+    trace: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def task_id(self) -> str:
@@ -80,8 +84,11 @@ class TaskMessage:
         }
 
     @classmethod
-    def from_kwargs(cls, body: dict[str, Any]) -> TaskMessage:
-        """Read a body back; ValueError (saying what is wrong) for one we cannot use."""
+    def from_kwargs(
+        cls, body: dict[str, Any], trace: Mapping[str, str] | None = None
+    ) -> TaskMessage:
+        """Read a body (and the headers' trace context) back; ValueError (saying what is
+        wrong) for one we cannot use."""
         if body.get("v") != MESSAGE_VERSION:
             raise ValueError(f"message version {body.get('v')!r}, this worker reads 1")
         try:
@@ -94,6 +101,7 @@ class TaskMessage:
                 holder=str(body["holder"]),
                 origin=Origin(body["origin"]),
                 deadline_s=float(body["deadline_s"]),
+                trace=dict(trace or {}),
             )
         except (KeyError, TypeError) as error:
             raise ValueError(f"malformed message: {error!r}") from None

@@ -1,5 +1,6 @@
 """What a run observer is (a trace span, a Sentry check-in): the run path tells it when
-an attempt's function is about to be called on the holder, and how the attempt ended
+an attempt's function is about to be called on the holder, and how the attempt ended,
+and, for a job that runs on a task queue, when the node sends the attempt's message
 (`scheduler.run.observers` does the telling, and keeps an observer's failure away from
 the run)."""
 
@@ -43,3 +44,9 @@ class Watch(Protocol):
 class RunObserver(Protocol):
     def started(self, job: Job, claim: Claim, node: str) -> Watch | None:
         """The attempt's function is about to be called here; None to not watch it."""
+
+    def sending(
+        self, job: Job, claim: Claim, node: str, queue: str
+    ) -> contextlib.AbstractContextManager[None] | None:
+        """Entered around the send of a remote attempt's message (so that a trace's
+        context can travel in it); None when the observer has nothing to do there."""

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
+
+# The fields of W3C trace context, when OpenTelemetry is not there to say its own.
+W3C_FIELDS = ("traceparent", "tracestate")
+
+
+def fields() -> tuple[str, ...]:
+    """The carrier keys the process's propagator reads (W3C's by default)."""
+    if importlib.util.find_spec("opentelemetry") is None:
+        return W3C_FIELDS
+    from opentelemetry import propagate  # noqa: PLC0415 - an optional extra
+
+    return tuple(propagate.get_global_textmap().fields) or W3C_FIELDS
 
 
 def inject_context(carrier: MutableMapping[str, str]) -> MutableMapping[str, str]:
@@ -19,14 +31,14 @@ def inject_context(carrier: MutableMapping[str, str]) -> MutableMapping[str, str
 
 
 @contextlib.contextmanager
-def extracted_context(carrier: MutableMapping[str, str]) -> Iterator[None]:
+def extracted_context(carrier: Mapping[str, str]) -> Iterator[None]:
     """On the worker's side: make the context `inject_context` wrote current."""
     if importlib.util.find_spec("opentelemetry") is None:
         yield
         return
     from opentelemetry import context, propagate  # noqa: PLC0415 - an optional extra
 
-    token = context.attach(propagate.extract(carrier))
+    token = context.attach(propagate.extract(dict(carrier)))
     try:
         yield
     finally:

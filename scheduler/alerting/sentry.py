@@ -87,6 +87,12 @@ class SentryCrons:
     def __init__(self, monitors: Mapping[str, bool] | None = None) -> None:
         self._skip = {name for name, on in (monitors or {}).items() if not on}
 
+    def sending(
+        self, job: Job, claim: Claim, node: str, queue: str
+    ) -> contextlib.AbstractContextManager[None] | None:
+        """Nothing at the send: the worker that runs the attempt checks in."""
+        return None
+
     def started(self, job: Job, claim: Claim, node: str) -> _CheckIns | None:
         if job.name in self._skip:
             return None

@@ -2,6 +2,10 @@
 function runs (so the job's own spans are its children), its ids on every log line of
 the run, its status and any error recorded when the attempt ends.
 
+A job on a task queue: the node opens a producer span around the send, and its context
+travels in the message's headers (W3C `traceparent`), so that the worker's span of the
+attempt is that span's child, in the same trace.
+
 Needs `opentelemetry-api` (`cronclaim[otel]`); spans go wherever the process's tracer
 provider sends them (set one up in a job module, or run under `opentelemetry-instrument`).
 With no provider the spans are no-ops and the log lines carry no ids.
@@ -10,6 +14,7 @@ With no provider the spans are no-ops and the log lines carry no ids.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -34,16 +39,36 @@ class Tracing:
         span = self._tracer.start_span(
             f"run {job.name}",
             kind=SpanKind.INTERNAL,
-            attributes={
-                "scheduler.job": job.name,
-                "scheduler.period": utc_text(claim.period),
-                "scheduler.run_id": claim.id,
-                "scheduler.attempt": claim.attempt,
-                "scheduler.node": node,
-                "scheduler.origin": claim.origin.value,
-            },
+            attributes=_identity(job, claim, node),
         )
         return _RunSpan(span)
+
+    @contextlib.contextmanager
+    def sending(self, job: Job, claim: Claim, node: str, queue: str) -> Iterator[None]:
+        """The send's span, current while the message is made (and the context put in
+        it); a send that raises leaves it in error."""
+        span = self._tracer.start_span(
+            f"send {job.name}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                **_identity(job, claim, node),
+                "messaging.system": job.remote.kind if job.remote else "",
+                "messaging.destination.name": queue,
+            },
+        )
+        with trace.use_span(span, end_on_exit=True):
+            yield
+
+
+def _identity(job: Job, claim: Claim, node: str) -> dict[str, str | int]:
+    return {
+        "scheduler.job": job.name,
+        "scheduler.period": utc_text(claim.period),
+        "scheduler.run_id": claim.id,
+        "scheduler.attempt": claim.attempt,
+        "scheduler.node": node,
+        "scheduler.origin": claim.origin.value,
+    }
 
 
 class _RunSpan:

@@ -103,6 +103,8 @@ class CeleryExecution:
             options["routing_key"] = self.routing_key
         if self.priority is not None:
             options["priority"] = self.priority
+        if message.trace:  # the sender's trace context, where Celery tracing looks for it
+            options["headers"] = dict(message.trace)
         try:
             self.app.send_task(
                 TASK_NAME,

@@ -9,6 +9,10 @@ and rejected back to the queue when its worker process dies, so that a message a
 took but never started is delivered again at once; a copy that comes back after the
 run started is refused by the fence, never run twice. Every way a delivery ends
 acknowledges it: a stale message is logged, not retried by Celery.
+
+A worker watches its runs as a node does, configured by the same environment
+(`SCHEDULER_TRACING`, `SCHEDULER_SENTRY_*`): its span of an attempt continues the trace
+of the node that sent it, whose context comes in the message's headers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 from celery import signals
 
 from scheduler import logs
+from scheduler.alerting import environment as alerting_environment
+from scheduler.alerting.propagation import fields as trace_fields
 from scheduler.celery.executor import TASK_NAME
 from scheduler.errors import UserError
 from scheduler.logs import LogFormat
@@ -60,10 +66,23 @@ class _Process:
                 log = logs.get_logger(worker=hostname)
                 database = open_database(self._database_url, connections=self._connections)
                 jobs = load_jobs(self._jobs)
-                self._runs = WorkerRuns(database, jobs, hostname, log)
+                observers = alerting_environment.observers(os.environ)
+                self._runs = WorkerRuns(database, jobs, hostname, log, observers)
                 self._pid = os.getpid()
                 log.info("worker_ready", jobs=len(jobs), pid=self._pid)
             return self._runs
+
+
+def _trace_of(request: Any) -> dict[str, str]:
+    """The sender's trace context: Celery keeps a message's own headers both as attributes
+    of the request and in its `headers`."""
+    headers = getattr(request, "headers", None) or {}
+    found: dict[str, str] = {}
+    for key in trace_fields():
+        value = getattr(request, key, None) or headers.get(key)
+        if isinstance(value, str):
+            found[key] = value
+    return found
 
 
 def _missing(url: str, names: Sequence[str]) -> str | None:
@@ -124,6 +143,6 @@ def install(
     )
     def run_period(task: Any, **body: Any) -> str:
         hostname = str(getattr(task.request, "hostname", None) or f"celery@{socket.gethostname()}")
-        return process.runs(hostname).deliver(body).value
+        return process.runs(hostname).deliver(body, _trace_of(task.request)).value
 
     return run_period

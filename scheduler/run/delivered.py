@@ -10,7 +10,9 @@ Whatever the task queue (Celery today), a delivery goes the same way as a run on
 3. the renewal thread renews the lease in that name a third of the way into it, and the
    lease watch gives the run up (`ctx.cancelled`, items refused) by this process's
    clock before the lease can end on the database, when renewals fail;
-4. the function is called by the same executors a node uses, under the job's timeout;
+4. the function is called by the same executors a node uses, under the job's timeout,
+   watched by the same observers (a trace span, child of the node's send span by the
+   context the message's headers carry; Sentry check-ins);
 5. the outcome (with its retry, error and traceback) is written fenced by
    `store.writes`, and logged like a node logs it.
 
@@ -23,8 +25,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from multiprocessing.process import BaseProcess
@@ -32,15 +34,19 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
+from scheduler.alerting.propagation import extracted_context
 from scheduler.model import Claim, Delivery, Finish, RunKey
 from scheduler.registry import Job
 from scheduler.remote import TaskMessage
+from scheduler.run import observers as run_observers
 from scheduler.run import outcomes
 from scheduler.run.context import RunContext
 from scheduler.run.executors import Executors
 from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, valid_until
+from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.writer import Settled
+from scheduler.states import RunStatus
 from scheduler.store import handoff, renewals, writes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
@@ -82,9 +88,15 @@ class WorkerRuns:
     """The runs one worker process holds, one per delivery being run."""
 
     def __init__(
-        self, database: Database, jobs: Mapping[str, Job], worker: str, log: FilteringBoundLogger
+        self,
+        database: Database,
+        jobs: Mapping[str, Job],
+        worker: str,
+        log: FilteringBoundLogger,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self._database = database
+        self._observers = list(observers)
         self._jobs = jobs
         self._worker = worker
         self._log = log
@@ -100,10 +112,11 @@ class WorkerRuns:
         process, never passes for the first."""
         return f"{self._worker}/{os.getpid()}/{uuid.uuid4().hex[:8]}"[:200]
 
-    def deliver(self, body: Mapping[str, Any]) -> Delivered:
-        """Run one delivered message, if it is still this attempt's to run."""
+    def deliver(self, body: Mapping[str, Any], trace: Mapping[str, str] | None = None) -> Delivered:
+        """Run one delivered message, if it is still this attempt's to run. `trace`: the
+        sender's trace context, from the message's headers."""
         try:
-            message = TaskMessage.from_kwargs(dict(body))
+            message = TaskMessage.from_kwargs(dict(body), trace)
         except ValueError as error:
             self._log.error("delivery_unreadable", error=str(error), body=repr(body)[:500])
             return Delivered.UNREADABLE
@@ -130,7 +143,7 @@ class WorkerRuns:
                 status=delivery.status.value if delivery.status else None,
             )
             return Delivered.REFUSED
-        self._run(job, delivery, log)
+        self._run(job, delivery, message.trace, log)
         return Delivered.RAN
 
     def _take(
@@ -153,10 +166,21 @@ class WorkerRuns:
             default=None,
         )
 
-    def _run(self, job: Job, delivery: Delivery, log: FilteringBoundLogger) -> None:
+    def _run(
+        self,
+        job: Job,
+        delivery: Delivery,
+        trace: Mapping[str, str],
+        log: FilteringBoundLogger,
+    ) -> None:
         claim = delivery.claim
         assert claim is not None
+        with extracted_context(trace):  # the node's send span is the parent
+            watching = run_observers.begin(self._observers, job, claim, claim.holder, log)
+        log = log.bind(**watching.fields)
         context = run_context(claim, node=claim.holder, database=self._database, log=log)
+        if watching.fields:
+            context = replace(context, trace=watching.fields)
         held = _Held(claim, context, threading.Event(), time.monotonic() + claim.lease_seconds / 3)
         with self._lock:
             self._held[claim.key] = held
@@ -165,15 +189,27 @@ class WorkerRuns:
         try:
             log.info("run_started", origin=claim.origin.value, queued_ms=delivery.queued_ms)
             began = time.monotonic()
-            outcome = self._executors.for_job(job).call(job, context, _no_child)
+            with watching.current():
+                outcome = self._executors.for_job(job).call(job, context, _no_child)
             duration_ms = round((time.monotonic() - began) * 1000)
             written = outcomes.finish(claim, job.policy, outcome, duration_ms)
             settled = self._write(written, held, log)
             outcomes.report(log, written, outcome, settled)
+            watching.ended(
+                Ending(
+                    outcome.status,
+                    outcome.failure,
+                    final=written.retry_in is None,
+                    written=settled is Settled.WRITTEN,
+                    duration_ms=duration_ms,
+                )
+            )
             if outcome.lingering is not None and settled is Settled.WRITTEN:
                 outcome.lingering.join()  # the work still runs: its retry waits for it
                 self._release(claim, held, log)
         finally:
+            # A run cut short by a bug of ours still ends its watch (once only).
+            watching.ended(Ending(RunStatus.ABANDONED, None, False, False, None))
             held.stop.set()
             self._leases.forget(claim.key)
             with self._lock:

@@ -233,7 +233,11 @@ class Dispatcher:
             active.phase = Phase.SENDING
         # The queued lease is the message's deadline, renewed by nobody: nothing to watch.
         self._leases.forget(active.claim.key)
-        remote.send(self._database, active.claim, job_remote, active.context.log)
+        claim, log = active.claim, active.context.log
+        around = observers.sending(
+            self._observers, self._jobs[claim.job], claim, self._node_id, job_remote.queue, log=log
+        )
+        remote.send(self._database, claim, job_remote, log, around)
 
     def _wait_and_start(self, active: ActiveRun) -> Started:
         """Start once no earlier period of the job is active, unless its overlap is `allow`.

@@ -1,5 +1,6 @@
 """The seam for what watches a run from outside (a trace span, a Sentry check-in): told
-when the attempt's function is about to be called on this node, and how it ended.
+when the attempt's function is about to be called on this node (or on a task queue's
+worker), how it ended, and when a node sends a remote attempt's message.
 
 Only the holder calls them, after its fenced start landed and after its outcome was
 settled, so they see each attempt once across the fleet. An observer's own failure
@@ -18,7 +19,7 @@ from scheduler.alerting.observer import Ending, RunObserver, Watch
 from scheduler.model import Claim
 from scheduler.registry import Job
 
-__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin"]
+__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin", "sending"]
 
 
 @dataclass
@@ -67,3 +68,26 @@ def begin(
             watches.append(watch)
             fields.update(watch.fields)
     return Watching(watches, log, fields)
+
+
+@contextlib.contextmanager
+def sending(
+    observers: Sequence[RunObserver],
+    job: Job,
+    claim: Claim,
+    node: str,
+    queue: str,
+    *,
+    log: FilteringBoundLogger,
+) -> Iterator[None]:
+    """Every observer's part in the send of a remote attempt's message (the send's own
+    error passes through them, so a span can record it)."""
+    with contextlib.ExitStack() as stack:
+        for observer in observers:
+            try:
+                around = observer.sending(job, claim, node, queue)
+                if around is not None:
+                    stack.enter_context(around)
+            except Exception:
+                log.exception("observer_failed", stage="sending")
+        yield

@@ -10,8 +10,12 @@ A message that could not be sent at all is sent again sooner, RESEND_S later.
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
+
 from structlog.typing import FilteringBoundLogger
 
+from scheduler.alerting.propagation import inject_context
 from scheduler.model import Claim, QueueRequest
 from scheduler.remote import Remote, RemoteError, TaskMessage
 from scheduler.store import handoff
@@ -39,11 +43,19 @@ def message_of(claim: Claim, remote: Remote) -> TaskMessage:
     )
 
 
-def send(database: Database, claim: Claim, remote: Remote, log: FilteringBoundLogger) -> bool:
+def send(
+    database: Database,
+    claim: Claim,
+    remote: Remote,
+    log: FilteringBoundLogger,
+    around: contextlib.AbstractContextManager[None] | None = None,
+) -> bool:
     """Send the message of a run already marked queued; False when it was not sent (the
-    run is then retaken and sent again shortly, as the next attempt)."""
+    run is then retaken and sent again shortly, as the next attempt). `around`: the
+    observers' part in the send (a trace span, whose context the message carries)."""
     try:
-        remote.send(message_of(claim, remote))
+        with around or contextlib.nullcontext():
+            remote.send(replace(message_of(claim, remote), trace=inject_context({})))
     except RemoteError as error:
         resend_in = min(RESEND_S, remote.deadline_s)
         log.error("run_send_failed", executor=remote.kind, error=str(error), resend_in_s=resend_in)

@@ -146,6 +146,9 @@ class Raises:
     def started(self, job: Job, claim: Claim, node: str) -> None:
         raise RuntimeError("observer bug")
 
+    def sending(self, job: Job, claim: Claim, node: str, queue: str) -> None:
+        raise RuntimeError("observer bug")
+
 
 def test_an_observer_that_raises_does_not_break_the_run(database: Database) -> None:
     @job(cron="* * * * *", name="fine")

@@ -21,6 +21,24 @@ QUEUE = os.environ.get("CELERY_TEST_QUEUE", "cronclaim-tests")
 LEASE = os.environ.get("CELERY_TEST_LEASE", "3s")
 DEADLINE = os.environ.get("CELERY_TEST_DEADLINE", "5s")
 
+if os.environ.get("OTEL_TEST_SPANS"):
+    # Both the node and the worker import this module: each sends its finished spans,
+    # by the SDK's own console exporter, to one file the test reads.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(
+        SimpleSpanProcessor(
+            ConsoleSpanExporter(
+                out=Path(os.environ["OTEL_TEST_SPANS"]).open("a", buffering=1),  # noqa: SIM115
+                formatter=lambda span: span.to_json(indent=None) + "\n",
+            )
+        )
+    )
+    trace.set_tracer_provider(_provider)
+
 app = Celery("cronclaim_tests", broker=BROKER)
 app.conf.update(
     worker_hijack_root_logger=False,
