@@ -61,31 +61,40 @@ def _switch(environ: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _wants_sentry(environ: Mapping[str, str]) -> bool:
+    crons = _switch(environ, "SCHEDULER_SENTRY_CRONS")
+    return crons == "on" or bool(environ.get("SCHEDULER_SENTRY_DSN", "").strip() and crons != "off")
+
+
+def check(environ: Mapping[str, str]) -> None:
+    """The UserError `observers` would raise, without setting anything up (a Celery
+    worker checks at its start, before its pool forks)."""
+    if _wants_sentry(environ) and importlib.util.find_spec("sentry_sdk") is None:
+        raise UserError(
+            "SCHEDULER_SENTRY_DSN: sentry-sdk is not installed (pip install 'cronclaim[sentry]')"
+        )
+    tracing = _switch(environ, "SCHEDULER_TRACING")
+    if tracing == "on" and importlib.util.find_spec("opentelemetry") is None:
+        raise UserError(
+            "SCHEDULER_TRACING: opentelemetry-api is not installed (pip install 'cronclaim[otel]')"
+        )
+
+
 def observers(environ: Mapping[str, str]) -> list[RunObserver]:
     """Sentry Crons when `SCHEDULER_SENTRY_DSN` is set (or `SCHEDULER_SENTRY_CRONS=on`, with
     the SDK the job modules set up); tracing when OpenTelemetry is installed, unless
     `SCHEDULER_TRACING=off`."""
+    check(environ)
     found: list[RunObserver] = []
-    dsn = environ.get("SCHEDULER_SENTRY_DSN", "").strip()
-    crons = _switch(environ, "SCHEDULER_SENTRY_CRONS")
-    if crons == "on" or (dsn and crons != "off"):
-        if importlib.util.find_spec("sentry_sdk") is None:
-            raise UserError(
-                "SCHEDULER_SENTRY_DSN: sentry-sdk is not installed "
-                "(pip install 'cronclaim[sentry]')"
-            )
+    if _wants_sentry(environ):
         from scheduler.alerting import sentry  # noqa: PLC0415 - an optional extra
 
+        dsn = environ.get("SCHEDULER_SENTRY_DSN", "").strip()
         if dsn:
             sentry.init_from_dsn(dsn, environ.get("SCHEDULER_SENTRY_ENVIRONMENT") or None)
         found.append(sentry.SentryCrons())
     tracing = _switch(environ, "SCHEDULER_TRACING")
-    available = importlib.util.find_spec("opentelemetry") is not None
-    if tracing == "on" and not available:
-        raise UserError(
-            "SCHEDULER_TRACING: opentelemetry-api is not installed (pip install 'cronclaim[otel]')"
-        )
-    if tracing != "off" and available:
+    if tracing != "off" and importlib.util.find_spec("opentelemetry") is not None:
         from scheduler.alerting.tracing import Tracing  # noqa: PLC0415 - an optional extra
 
         found.append(Tracing())

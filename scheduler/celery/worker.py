@@ -99,6 +99,15 @@ def _refuse(message: str, **_signal: Any) -> None:
     raise SystemExit(f"error: {message}")
 
 
+def _check_alerting(**_signal: Any) -> None:
+    """A bad `SCHEDULER_TRACING` or `SCHEDULER_SENTRY_*` stops the worker at its start, as
+    it stops a node, rather than fail every delivery."""
+    try:
+        alerting_environment.check(os.environ)
+    except UserError as error:
+        _refuse(str(error))
+
+
 def install(
     app: Any,
     *,
@@ -124,6 +133,8 @@ def install(
         # The nodes import this module too, and need neither: only a worker refuses to
         # start without them.
         signals.worker_init.connect(partial(_refuse, missing), weak=False)
+    else:
+        signals.worker_init.connect(_check_alerting, weak=False)
     try:
         chosen = LogFormat(log_format)
     except ValueError:

@@ -345,3 +345,28 @@ def test_a_worker_without_its_database_refuses_to_start_and_says_why(tmp_path: P
         result.stderr + result.stdout
     )
     assert "Traceback" not in result.stderr
+
+
+def test_a_worker_with_a_bad_tracing_setting_refuses_to_start_and_says_why(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """As a node does: one line naming the variable, before any message is taken."""
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.acceptance.jobmods.on_celery", "worker"],
+        cwd=tmp_path,
+        env=environment(
+            SCHEDULER_DATABASE_URL=postgres_url,
+            SCHEDULER_TRACING="maybe",
+            CELERY_TEST_BROKER=f"{REDIS_URL}/12",
+            CELERY_TEST_QUEUE=unique_queue(),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "error: SCHEDULER_TRACING: 'maybe' is not one of: auto, on, off" in (
+        result.stderr + result.stdout
+    )
+    assert "Traceback" not in result.stderr
