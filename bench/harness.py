@@ -80,17 +80,33 @@ def drop_template() -> None:
 
 
 @contextmanager
-def fresh_database() -> Iterator[str]:
-    """A new, migrated database of its own; its URL; dropped afterwards."""
-    template = _migrated_template()
+def fresh_database(*, empty: bool = False) -> Iterator[str]:
+    """A new database of its own, migrated by this tree unless `empty` (for another tree,
+    whose nodes migrate it at start); its URL; dropped afterwards."""
     name = f"scheduler_bench_{uuid.uuid4().hex[:12]}"
     with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        if empty:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        else:
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_migrated_template()}"')
     try:
         yield _url_for(name)
     finally:
         with _admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def migrate_with(tree: Path, url: str) -> None:
+    """Migrate a database with another tree's scheduler (a baseline's own schema)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
+    environment["PYTHONPATH"] = str(tree)
+    subprocess.run(
+        [sys.executable, "-m", "scheduler", "migrate", "--database-url", url],
+        cwd=tree,
+        env=environment,
+        check=True,
+        capture_output=True,
+    )
 
 
 def query(url: str, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -52,23 +53,50 @@ def _log_statements(url: str) -> None:
 
 def _transactions(url: str, since: str, until: str) -> int:
     """Transactions the server logged on this database between two `HH:MM:SS.fff`."""
+    return sum(transactions_by_kind(url, since, until).values())
+
+
+def _statements(log: Iterable[str]) -> Iterator[tuple[str, str, str, str]]:
+    """(time, pid, database, statement) for each logged statement, its continuation
+    lines joined (a statement that starts with a line break is known by the next)."""
+    current: list[str] | None = None
+    for line in log:
+        found = _LINE.match(line)
+        if found is None:
+            if current is not None and line[:1].isspace():
+                current[3] = f"{current[3]} {line.strip()}"
+            continue
+        if current is not None:
+            yield current[0], current[1], current[2], " ".join(current[3].split())
+        current = [found[1], found[2], found[3], found[4]]
+    if current is not None:
+        yield current[0], current[1], current[2], " ".join(current[3].split())
+
+
+def transactions_by_kind(url: str, since: str, until: str) -> dict[str, int]:
+    """The same transactions, counted by their first statement's first words (to tell
+    which part of the node sends them)."""
     name = url.rsplit("/", 1)[1]
-    inside: dict[str, bool] = {}
-    count = 0
+    first: dict[str, str | None] = {}
+    kinds: dict[str, int] = {}
     with SERVER_LOG.open(errors="replace") as log:
-        for line in log:
-            found = _LINE.match(line)
-            if found is None or found[3] != name or not since <= found[1] <= until:
+        lines = _statements(log)
+        for found in lines:
+            if found[2] != name or not since <= found[0] <= until:
                 continue
-            pid, statement = found[2], found[4].strip().upper()
-            if statement.startswith("BEGIN"):
-                inside[pid] = True
-            elif statement.startswith(("COMMIT", "ROLLBACK")):
-                inside[pid] = False
-                count += 1
-            elif not inside.get(pid):
-                count += 1
-    return count
+            pid, statement = found[1], found[3]
+            upper = statement.upper()
+            if upper.startswith("BEGIN"):
+                first[pid] = None
+            elif upper.startswith(("COMMIT", "ROLLBACK")):
+                kind = first.pop(pid, None) or "(empty)"
+                kinds[kind] = kinds.get(kind, 0) + 1
+            elif pid in first:
+                if first[pid] is None and not upper.startswith(("SELECT SET_CONFIG", "SET ")):
+                    first[pid] = statement[:70]
+            else:
+                kinds[statement[:70]] = kinds.get(statement[:70], 0) + 1
+    return kinds
 
 
 def _clock() -> str:
@@ -116,7 +144,9 @@ def measure(baseline: Path | None, seconds: float) -> dict[str, float]:
         for size in SIZES:
             module = harness.job_module(folder, f"yearly_{size}", [("@yearly", size, "")])
             for label, tree in trees.items():
-                url = stack.enter_context(harness.fresh_database())
+                url = stack.enter_context(harness.fresh_database(empty=label != "this"))
+                if label != "this":
+                    harness.migrate_with(tree, url)
                 _log_statements(url)
                 node = _start(tree, folder, f"{label}-{size}", url, module)
                 stack.callback(node.stop)

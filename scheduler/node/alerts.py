@@ -1,6 +1,8 @@
 """Alert delivery: the events of this node's jobs, handed to their hooks by one node.
 
-Every second a node reads the pending events of the jobs it knows, takes each with a
+A node reads the pending events of the jobs it knows when it is told one was born (a
+notification, `Wake.ALERT`), when the heartbeat reads that one's next try has come, or,
+on the polling fallback (SQLite, a pooler), every second. It takes each with a
 compare-and-set (one node per try), and calls the event's hooks, each in a thread of
 its own under a timeout, so a hook that raises or hangs costs this thread at most its
 timeout and never a run. A hook that took the event is recorded and not called again;
@@ -8,8 +10,9 @@ the others are tried again after a doubling pause, until their tries run out. A 
 that dies in the middle leaves the event to be taken again once its hold ends: a hook
 may then hear of an event twice, which is why every event carries its key.
 
-Once a minute it also records stuck items as events (the same question `check` asks);
-the key makes that once per item however many nodes ask.
+It also records stuck items as events (the same question `check` asks): when the
+heartbeat reads that an item is stuck and no event says so yet, or once a minute when
+polling; the key makes that once per item however many nodes ask.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from structlog.typing import FilteringBoundLogger
 from scheduler import hooks, metrics
 from scheduler.hooks import Hook
 from scheduler.model import Event
+from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
 from scheduler.states import Delivery
 from scheduler.store import deliveries as store
@@ -35,6 +39,8 @@ from scheduler.store.faults import StoreError
 from scheduler.supervision import SideThread
 
 POLL_S = 1.0
+# Listening: the slow sweep behind the notifications and the heartbeat's reads.
+SWEEP_S = 300.0
 STUCK_SCAN_S = 60.0
 STUCK_LIMIT = 200
 # A hook without a timeout of its own (a webhook has one) gets this long per call.
@@ -96,22 +102,34 @@ class Alerts(SideThread):
         node_id: str,
         stop: threading.Event,
         log: FilteringBoundLogger,
+        wakeups: Wakeups | None = None,
     ) -> None:
         super().__init__("alerts", stop, log)
         self._database = database
         self._jobs = jobs
         self._node_id = node_id
+        self._wakeups = wakeups
+        if wakeups is not None:
+            wakeups.alerts = self
         self._next_stuck_scan = 0.0
 
+    def stuck_reported_late(self) -> None:
+        """The heartbeat read a stuck item no event tells of: look now."""
+        self._next_stuck_scan = 0.0
+        self.wake_in(0.0)
+
     def step(self) -> float:
+        listening = self._wakeups is not None and self._wakeups.listening
         try:
             if time.monotonic() >= self._next_stuck_scan:
-                self._next_stuck_scan = time.monotonic() + STUCK_SCAN_S
+                # Listening, the next scan waits for the heartbeat to see a stuck item.
+                self._next_stuck_scan = time.monotonic() + (SWEEP_S if listening else STUCK_SCAN_S)
                 self.record_stuck()
             self._deliver_all(self._stopping.is_set)
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
-        return POLL_S
+            return POLL_S
+        return SWEEP_S if listening else POLL_S
 
     def _deliver_all(self, stopping: Callable[[], bool]) -> None:
         for row in store.due(self._database, self._jobs):
@@ -204,3 +222,4 @@ class Alerts(SideThread):
         )
         metrics.record_delivery("retrying")
         log.warning("alert_delivery_failed", error=error, tries=tries, retry_in_s=retry_in)
+        self.wake_in(retry_in)  # nobody will say when its next try comes

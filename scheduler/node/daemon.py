@@ -158,7 +158,12 @@ class Daemon:
             wakeups=self._wakeups,
         )
         self._alerts = Alerts(
-            database=database, jobs=jobs, node_id=node.id, stop=self._stop, log=self._log
+            database=database,
+            jobs=jobs,
+            node_id=node.id,
+            stop=self._stop,
+            log=self._log,
+            wakeups=self._wakeups,
         )
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
@@ -307,6 +312,13 @@ class Daemon:
         """What the peers' shares still lack; all of it if the database cannot say."""
         if not theirs:
             return []
+        if self._wakeups.listening:  # what a peer's claim said it claimed needs no read
+            heard = self._wakeups.claims
+            unheard = [item for item in theirs if not heard.heard(item.job, item.period)]
+            self._summary.elsewhere += len(theirs) - len(unheard)
+            theirs = unheard
+            if not theirs:
+                return []
         try:
             left = periods.unclaimed(self._database, theirs)
         except StoreError as error:

@@ -4,12 +4,14 @@ Two modes, chosen at start and said in the log (`wakeups`):
 
 - `events` (PostgreSQL, direct connection): the liveness session LISTENs; other nodes'
   writes notify it (`store.wakeups`): a retry scheduled, a lease ended, a job resumed,
-  a request written, a node gone. A watch thread waits on the next node's liveness lock
-  and tells everyone the moment it goes. The recovery and request threads sleep until
-  such a wake-up or a deadline they know of; every heartbeat (one transaction) re-reads
-  those deadlines, so a notification missed costs at most one heartbeat interval.
+  a request written, an alert event born, a node gone. A watch thread waits on the next
+  node's liveness lock and tells everyone the moment it goes. The recovery, request and
+  alert threads sleep until such a wake-up or a deadline they know of; every heartbeat
+  (one transaction) re-reads those deadlines (and whether an item is stuck that no
+  event reports yet), so a notification missed costs at most one heartbeat interval.
 - `poll` (SQLite, or PostgreSQL behind a pooler, where a session cannot LISTEN): the
-  recovery loop looks every `--recovery-interval`, requests every second, as before.
+  recovery loop looks every `--recovery-interval`, requests and alert events every
+  second, stuck items every minute, as before.
 
 While the listening session is down (being taken again), the node polls.
 """
@@ -17,6 +19,8 @@ While the listening session is down (being taken again), the node polls.
 from __future__ import annotations
 
 import threading
+import time
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -24,7 +28,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.store.beat import Beat
 from scheduler.store.nodes import Watched
-from scheduler.store.wakeups import Wake, parse
+from scheduler.store.wakeups import Wake, claimed_token, parse
 
 
 class Mode(StrEnum):
@@ -44,8 +48,40 @@ class GoneWatcher(Protocol):
     def wake_in(self, seconds: float = 0.0) -> None: ...
 
 
+class AlertWatcher(Protocol):
+    def wake_in(self, seconds: float = 0.0) -> None: ...
+
+    def stuck_reported_late(self) -> None: ...
+
+
 class RingWatcher(Protocol):
     def ring(self, nodes: list[Watched]) -> None: ...
+
+
+class ClaimsHeard:
+    """Periods other nodes' claims said they claimed (`claimed` notifications), kept for
+    a while: a period of a peer's share heard of here needs no read to know it has a row.
+    Never the record: what was not heard is read, as without notifications."""
+
+    KEEP_S = 120.0
+
+    def __init__(self) -> None:
+        self._heard: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._pruned_at = time.monotonic()
+
+    def add(self, tokens: frozenset[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for token in tokens:
+                self._heard[token] = now
+            if now - self._pruned_at > self.KEEP_S:
+                self._heard = {t: at for t, at in self._heard.items() if now - at < self.KEEP_S}
+                self._pruned_at = now
+
+    def heard(self, job: str, period: datetime) -> bool:
+        with self._lock:
+            return claimed_token(job, period) in self._heard
 
 
 class Wakeups:
@@ -58,7 +94,9 @@ class Wakeups:
         self._listening = threading.Event()
         self.recovery: GoneWatcher | None = None
         self.requests: Wakeable | None = None
+        self.alerts: AlertWatcher | None = None
         self.watch: RingWatcher | None = None
+        self.claims = ClaimsHeard()
 
     def choose(self, mode: Mode, why: str) -> None:
         """At start: events when the node holds a listening session of its own."""
@@ -82,7 +120,7 @@ class Wakeups:
             self._listening.clear()
         self._log.info("wakeups", mode=(Mode.EVENTS if listening else Mode.POLL).value)
         # Whatever was said meanwhile went unheard: look now.
-        for thread in (self.recovery, self.requests):
+        for thread in (self.recovery, self.requests, self.alerts):
             if thread is not None:
                 thread.wake_in(0.0)
 
@@ -95,6 +133,10 @@ class Wakeups:
             self.requests.wake_in(heard.after)
         elif heard.kind in (Wake.RECOVERY, Wake.GONE) and self.recovery is not None:
             self.recovery.wake_in(heard.after)
+        elif heard.kind is Wake.ALERT and self.alerts is not None:
+            self.alerts.wake_in(heard.after)
+        elif heard.kind is Wake.CLAIMED:
+            self.claims.add(heard.tokens)
 
     def beat(self, beat: Beat) -> None:
         """What a heartbeat read: deadlines and nodes gone, in case a notice was missed."""
@@ -105,5 +147,10 @@ class Wakeups:
                 self.recovery.notice_gone(beat.gone)
         if beat.requests_waiting and self.requests is not None:
             self.requests.wake_in(0.0)
+        if self.alerts is not None:
+            if beat.stuck_unreported:
+                self.alerts.stuck_reported_late()
+            if beat.alerts_in is not None:
+                self.alerts.wake_in(max(0.0, beat.alerts_in))
         if self.watch is not None:
             self.watch.ring(beat.ring)

@@ -43,6 +43,7 @@ from scheduler.store import events as alert_events
 from scheduler.store.database import Database
 from scheduler.store.fence import OCCUPYING_SQL, lock_jobs, occupying
 from scheduler.store.schema import jobs, runs
+from scheduler.store.wakeups import notify_claimed
 
 # Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
 JOBS_PER_TRANSACTION = 500
@@ -106,6 +107,12 @@ def claim(
                         database, connection, group, holder, sent=sent, result=part, ours=ours
                     )
             alert_events.skipped(database, connection, part.skipped, part.reasons)
+            # Rows now exist for these periods: the peers need not read that they do.
+            notify_claimed(
+                database,
+                connection,
+                [(claim.job, claim.period) for claim in [*part.won, *part.skipped]],
+            )
         result.won.extend(part.won)
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, or_, select, tuple_, update
+from sqlalchemy import Connection, and_, case, delete, exists, func, or_, select, tuple_, update
 
 from scheduler.model import Event
 from scheduler.states import Delivery, EventKind
@@ -221,3 +221,26 @@ def prune(database: Database, cutoff: datetime, batch: int, *, dry_run: bool = F
     )
     with database.transaction() as connection:
         return connection.execute(delete(events).where(key.in_(chosen))).rowcount
+
+
+def next_due_on(database: Database, connection: Connection) -> float | None:
+    """Seconds until the earliest pending event may be tried (its next try, or the end
+    of the hold a delivering node has on it), by the database clock; negative when it
+    has come; None when nothing is pending. For the heartbeat's read."""
+    free_at = case(
+        (events.c.taken_until > events.c.next_try_at, events.c.taken_until),
+        else_=events.c.next_try_at,
+    )
+    earliest = (
+        select(func.min(free_at)).where(events.c.state == Delivery.PENDING.value).scalar_subquery()
+    )
+    moment, now = connection.execute(select(earliest, database.now())).one()
+    if moment is None:
+        return None
+    return (_as_utc(moment) - _as_utc(now)).total_seconds()
+
+
+def _as_utc(moment: datetime | str) -> datetime:
+    if isinstance(moment, str):  # aggregates lose the column type on SQLite
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -19,6 +19,7 @@ from scheduler.model import Claim, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
 from scheduler.store.database import Database
 from scheduler.store.schema import events
+from scheduler.store.wakeups import Wake, notify_on
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
 # Skips an operator asked for (a pause) are not news to anyone.
@@ -92,14 +93,17 @@ def insert(
     rows: Iterable[tuple[str, datetime, int | None, Candidate]],
 ) -> None:
     """Insert events (job, period, attempt, candidate) inside the caller's transaction;
-    one already there is left alone."""
+    one already there is left alone. The nodes are told at its commit (`Wake.ALERT`)."""
+    born = 0
     for job, period, attempt, candidate in rows:
         statement = (
             database.insert(events)
             .values(**_values(database, job, period, candidate, attempt))
             .on_conflict_do_nothing()
         )
-        connection.execute(statement)
+        born += connection.execute(statement).rowcount or 0
+    if born:
+        notify_on(database, connection, Wake.ALERT)
 
 
 def failed_before(connection: Connection, claim: Claim) -> bool:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     and_,
     delete,
     exists,
+    func,
     literal,
     null,
     select,
@@ -29,9 +30,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from scheduler.model import Claim
+from scheduler.states import EventKind
 from scheduler.store.database import Database
 from scheduler.store.fence import ACTIVE, fenced
-from scheduler.store.schema import items, runs
+from scheduler.store.schema import events, items, runs
 
 
 class ItemState(StrEnum):
@@ -184,6 +186,19 @@ def _claimer_active() -> ColumnElement[bool]:
         runs.c.attempt == items.c.attempt,
         runs.c.status.in_(ACTIVE),
     )
+
+
+def unreported_stuck_on(connection: Connection) -> bool:
+    """Whether an item is stuck that no `stuck_item` event tells of yet (the heartbeat
+    asks, so that the alert thread need not look every minute)."""
+    reported = exists().where(
+        events.c.job == items.c.job,
+        events.c.period == items.c.period,
+        events.c.kind == EventKind.STUCK_ITEM.value,
+        events.c.subject == func.substr(items.c.key, 1, 500),
+    )
+    stuck = and_(items.c.state == ItemState.CLAIMED.value, ~_claimer_active(), ~reported)
+    return connection.execute(select(exists().where(stuck))).scalar_one() is True
 
 
 def list_items(

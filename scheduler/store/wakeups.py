@@ -7,7 +7,10 @@ commit, dropped with its rollback) on one channel, as `kind` or `kind:seconds`:
 - `recovery:S`: a run may be taken over in S seconds (a retry was scheduled, a lease
   was ended or released, a paused job resumed);
 - `request`: an operator request waits for a node;
-- `gone`: a node's liveness lock went (see `store.liveness.PeerWatch`).
+- `alert`: an alert event was born (a hook has something to hear);
+- `gone`: a node's liveness lock went (see `store.liveness.PeerWatch`);
+- `claimed:TOKENS`: these periods were claimed (a few at a time), so that the peers
+  whose share they were not need not read whether they were (see `node.peers`).
 
 Notifications are a shortcut, never the record: a node that misses one (its listening
 session dropped at that moment, or it sits behind a pooler that cannot LISTEN) still
@@ -16,11 +19,14 @@ finds the change on its next heartbeat, which reads every such deadline.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import Connection, text
 
+from scheduler.model import lock_key
 from scheduler.store.database import Database
 
 CHANNEL = "scheduler"
@@ -30,6 +36,8 @@ class Wake(StrEnum):
     RECOVERY = "recovery"
     REQUEST = "request"
     GONE = "gone"
+    ALERT = "alert"
+    CLAIMED = "claimed"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,8 @@ class Heard:
 
     kind: Wake
     after: float = 0.0
+    # `claimed`: the periods' tokens (see `claimed_token`).
+    tokens: frozenset[str] = frozenset()
 
 
 def notify_on(database: Database, connection: Connection, kind: Wake, after: float = 0.0) -> None:
@@ -53,6 +63,8 @@ def notify_on(database: Database, connection: Connection, kind: Wake, after: flo
 def parse(payload: str) -> Heard | None:
     """A notification's payload, or None for one this version does not know."""
     kind, _, after = payload.partition(":")
+    if kind == Wake.CLAIMED.value:
+        return Heard(Wake.CLAIMED, tokens=frozenset(after.split(",")) - {""})
     try:
         return Heard(Wake(kind), max(0.0, float(after)) if after else 0.0)
     except ValueError:
@@ -65,6 +77,34 @@ RETRY_NOTIFY_SQL = (
     f"CASE WHEN done.retry_in IS NOT NULL THEN pg_notify('{CHANNEL}', "
     f"'{Wake.RECOVERY.value}:' || done.retry_in::text) END"
 )
+
+
+# The alert wake carried inside the batched finish: sent once if the statement gave
+# birth to any event (a `born` CTE returning a row per event inserted).
+ALERT_NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', '{Wake.ALERT.value}') FROM born LIMIT 1"  # noqa: S608 - constants
+
+
+# A claim that won more periods than this says nothing (a payload holds 8,000 bytes);
+# the peers then read what is left of their shares, as without notifications.
+CLAIMED_AT_MOST = 100
+
+
+def claimed_token(job: str, period: datetime) -> str:
+    """A period, short: the job's 64-bit lock key and the period in milliseconds."""
+    return f"{lock_key(job) & 0xFFFFFFFFFFFFFFFF:x}@{round(period.timestamp() * 1000)}"
+
+
+def notify_claimed(
+    database: Database, connection: Connection, won: Iterable[tuple[str, datetime]]
+) -> None:
+    """Tell the peers which periods this transaction claims (at its commit)."""
+    tokens = [claimed_token(job, period) for job, period in won]
+    if not database.notifies or not tokens or len(tokens) > CLAIMED_AT_MOST:
+        return
+    connection.execute(
+        text("SELECT pg_notify(:channel, :payload)"),
+        {"channel": CHANNEL, "payload": f"{Wake.CLAIMED.value}:{','.join(tokens)}"},
+    )
 
 
 def announce(database: Database, kind: Wake) -> None:

@@ -31,7 +31,7 @@ from scheduler.store.fence import (
     mine,
 )
 from scheduler.store.schema import events, runs
-from scheduler.store.wakeups import RETRY_NOTIFY_SQL, Wake, notify_on
+from scheduler.store.wakeups import ALERT_NOTIFY_SQL, RETRY_NOTIFY_SQL, Wake, notify_on
 
 _other = runs.alias("other")
 
@@ -304,8 +304,9 @@ _FINISH_POSTGRES = text(
           AND before.kind IN ('failed', 'recovered')
         ORDER BY before.period DESC, before.kind LIMIT 1) IS TRUE
     ON CONFLICT DO NOTHING
-    )
-    SELECT id, attempt, holder, woke FROM done
+    RETURNING 1
+    ), alerted AS ({ALERT_NOTIFY_SQL})
+    SELECT done.id, done.attempt, done.holder, done.woke FROM done LEFT JOIN alerted ON TRUE
     """  # noqa: S608 - table names and statuses are our constants; values are parameters
 )
 

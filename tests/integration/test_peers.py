@@ -1,16 +1,20 @@
-"""What the share-out reads from a real database: live peers with the same jobs, and
-which periods of another node's share are still unclaimed."""
+"""What the share-out reads from a real database: live peers with the same jobs, which
+periods of another node's share are still unclaimed, and the claims a peer hears of."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import psycopg
 from sqlalchemy import update
 
 from scheduler.model import Due, NodeIdentity
+from scheduler.node.wakeups import ClaimsHeard
 from scheduler.store import claims, nodes, periods
-from scheduler.store.database import Database
+from scheduler.store.database import Database, open_database
 from scheduler.store.schema import nodes as nodes_table
+from scheduler.store.wakeups import CHANNEL, CLAIMED_AT_MOST, Wake, parse
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -46,3 +50,34 @@ def test_unclaimed_lists_the_periods_without_a_row_in_order(database: Database) 
     assert periods.unclaimed(database, due) == due[0::2]
     assert periods.unclaimed(database, []) == []
     assert periods.unclaimed(database, taken) == []
+
+
+def _notifications(listener: psycopg.Connection[Any]) -> list[str]:
+    return [notice.payload for notice in listener.notifies(timeout=1.0)]
+
+
+def test_a_claim_tells_the_peers_which_periods_it_claimed(postgres_url: str) -> None:
+    """So that the peers whose share they were not need not read whether they were: a
+    node that heard them knows; a batch too large to say says nothing (they read)."""
+    database = open_database(postgres_url)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as listener:
+            listener.execute(f"LISTEN {CHANNEL}")
+            claims.claim(database, [Due("job-a", PERIOD, 30), Due("job-b", PERIOD, 30)], "n-a")
+            payloads = _notifications(listener)
+            heard = ClaimsHeard()
+            for payload in payloads:
+                parsed = parse(payload)
+                if parsed is not None and parsed.kind is Wake.CLAIMED:
+                    heard.add(parsed.tokens)
+            assert heard.heard("job-a", PERIOD)
+            assert heard.heard("job-b", PERIOD)
+            assert not heard.heard("job-a", PERIOD + timedelta(seconds=1))
+            assert not heard.heard("job-c", PERIOD)
+
+            many = [Due(f"bulk-{n}", PERIOD, 30) for n in range(CLAIMED_AT_MOST + 1)]
+            assert len(claims.claim(database, many, "n-a").won) == len(many)
+            said = [parse(payload) for payload in _notifications(listener)]
+            assert [heard for heard in said if heard and heard.kind is Wake.CLAIMED] == []
+    finally:
+        database.dispose()
