@@ -1,11 +1,18 @@
 """l: how fast a command answers and a node starts, this tree against a baseline tree.
 
 For each tree (this one, and `--baseline`), `--runs` times each: `scheduler --help`,
-`scheduler plan --cron '0 * * * *'`, `scheduler jobs` on a small SQLite database, and a
-node's start (exec to `node_started`) with 10 jobs on SQLite. Runs alternate between
-the trees, so a noisy neighbour weighs on both; medians and the ratio this / baseline.
+`scheduler plan --cron '0 * * * *'`, the read-only commands (`jobs`, `runs`, `nodes`,
+`check`) on a small SQLite database, and a node's start (exec to `node_started`) with
+10 and with 10,000 jobs on SQLite. Runs alternate between the trees, so a noisy
+neighbour weighs on both; medians and the ratio this / baseline.
 
-    .venv/bin/python -m bench.l_startup --baseline ../before [--runs 5]
+`--python` names the interpreter: by default this one (the development environment,
+whose extra packages, such as rich under structlog, a user's install does not have);
+give a virtualenv with only `pip install .` in it to measure what users run (each tree
+is put first on PYTHONPATH, so the interpreter's own copy is not used).
+
+    .venv/bin/python -m bench.l_startup --baseline ../before [--runs 5] \
+        [--python /tmp/prodenv/bin/python]
 """
 
 from __future__ import annotations
@@ -29,10 +36,14 @@ def _environment(tree: Path, folder: Path) -> dict[str, str]:
     return environment
 
 
+PYTHON = sys.executable
+READ_ONLY = ("jobs", "runs", "nodes", "check")
+
+
 def _command(tree: Path, folder: Path, *args: str) -> float:
     began = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "scheduler", *args],
+        [PYTHON, "-m", "scheduler", *args],
         cwd=folder,
         env=_environment(tree, folder),
         capture_output=True,
@@ -46,7 +57,7 @@ def _node_start(tree: Path, folder: Path, url: str, jobs: str) -> float:
     arguments = ["run", "--database-url", url, "--jobs", jobs, "--log-format", "json"]
     began = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "scheduler", *arguments],
+        [PYTHON, "-m", "scheduler", *arguments],
         cwd=folder,
         env=_environment(tree, folder),
         stdout=subprocess.PIPE,
@@ -67,35 +78,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--python", default=sys.executable)
     options = parser.parse_args()
+    global PYTHON  # noqa: PLW0603 - a bench's one setting
+    PYTHON = options.python
     trees = {"this": harness.REPOSITORY, "baseline": options.baseline.resolve()}
     figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         jobs = harness.job_module(folder, "ten_jobs", [("@yearly", 10, "")])
+        many = harness.job_module(folder, "many_jobs", [("@yearly", 10_000, "")])
         for label, tree in trees.items():
-            url = f"sqlite:///{folder / label}.db"
-            subprocess.run(
-                [sys.executable, "-m", "scheduler", "migrate", "--database-url", url],
-                cwd=folder,
-                env=_environment(tree, folder),
-                capture_output=True,
-                check=True,
-            )
+            for url in (f"sqlite:///{folder / label}.db", f"sqlite:///{folder / label}-many.db"):
+                subprocess.run(
+                    [PYTHON, "-m", "scheduler", "migrate", "--database-url", url],
+                    cwd=folder,
+                    env=_environment(tree, folder),
+                    capture_output=True,
+                    check=True,
+                )
         for _ in range(options.runs):
             for label, tree in trees.items():
                 url = f"sqlite:///{folder / label}.db"
                 measured = {
                     "--help": _command(tree, folder, "--help"),
                     "plan --cron": _command(tree, folder, "plan", "--cron", "0 * * * *"),
-                    "jobs": _command(tree, folder, "jobs", "--database-url", url),
+                    **{
+                        command: _command(tree, folder, command, "--database-url", url)
+                        for command in READ_ONLY
+                    },
                     "run: exec to node_started": _node_start(tree, folder, url, jobs),
+                    "run, 10,000 jobs": _node_start(
+                        tree, folder, f"sqlite:///{folder / label}-many.db", many
+                    ),
                 }
                 for key, seconds in measured.items():
                     figures.setdefault(f"{label}|{key}", []).append(seconds)
     print(f"median of {options.runs}, seconds (this / baseline)")
     table = {}
-    for key in ("--help", "plan --cron", "jobs", "run: exec to node_started"):
+    keys = ["--help", "plan --cron", *READ_ONLY, "run: exec to node_started", "run, 10,000 jobs"]
+    for key in keys:
         this = statistics.median(figures[f"this|{key}"])
         base = statistics.median(figures[f"baseline|{key}"])
         table[key] = {"this": this, "baseline": base, "ratio": this / base}

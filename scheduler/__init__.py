@@ -1,9 +1,42 @@
-"""Cron jobs that run once per period across any number of replicas, and lose none."""
+"""Cron jobs that run once per period across any number of replicas, and lose none.
 
-from scheduler.errors import RunLostError
-from scheduler.hooks import on_event
-from scheduler.model import Event
-from scheduler.registry import Job, job
-from scheduler.run.context import RunContext
+The names below are imported when first used, not with the package: `scheduler --help`,
+`scheduler plan` and the read-only commands import `scheduler.cli`, which must not pay
+for the run path (structlog, APScheduler, the executors) they never touch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.errors import RunLostError
+    from scheduler.hooks import on_event
+    from scheduler.model import Event
+    from scheduler.registry import Job, job
+    from scheduler.run.context import RunContext
 
 __all__ = ["Event", "Job", "RunContext", "RunLostError", "job", "on_event"]
+
+_HOMES = {
+    "Event": "scheduler.model",
+    "Job": "scheduler.registry",
+    "RunContext": "scheduler.run.context",
+    "RunLostError": "scheduler.errors",
+    "job": "scheduler.registry",
+    "on_event": "scheduler.hooks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

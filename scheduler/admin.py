@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from scheduler import check as checking
 from scheduler.config import DEFAULT_GRACE, node_identity, parse_instant, parse_option_duration
@@ -31,7 +32,6 @@ from scheduler.cron import parse_schedule
 from scheduler.errors import UserError
 from scheduler.model import JobRow
 from scheduler.node import repair
-from scheduler.node.foreground import Foreground
 from scheduler.node.repair import Step
 from scheduler.registry import Job
 from scheduler.states import RunStatus
@@ -45,6 +45,9 @@ from scheduler.store.items import ItemRow, ItemState
 from scheduler.store.queries import AttemptRow, RunRow
 from scheduler.store.requests import Draft, RequestKind, RequestRow
 from scheduler.views import iso
+
+if TYPE_CHECKING:
+    from scheduler.node.foreground import Foreground
 
 Instant = datetime | str
 Span = timedelta | str
@@ -353,6 +356,10 @@ class Admin:
         written yet."""
         if not isinstance(job, Job):
             raise UserError(f"job {job!r}: give the @job function itself, not its name")
+        # The run path only for the commands that run something: `runs`, `check` and the
+        # console read through this class too, and should not load it.
+        from scheduler.node.foreground import Foreground  # noqa: PLC0415
+
         return Foreground(
             self.database,
             job,

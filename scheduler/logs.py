@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import sys
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import structlog
-from structlog.typing import FilteringBoundLogger
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
 
 
 class LogFormat(StrEnum):
@@ -35,6 +35,10 @@ def current() -> tuple[LogFormat, str]:
 def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -> None:
     """Route structlog and the stdlib through one renderer on stdout (or `stream`: a
     Celery worker passes the real stdout, which Celery replaces with a logger)."""
+    # Not with the module: commands' options name LogFormat and LOG_LEVELS, and `--help`
+    # or `plan` should not pay for structlog (and asyncio) to list them.
+    import structlog  # noqa: PLC0415
+
     global _current  # noqa: PLW0603 - logging is process-wide by nature
     _current = (log_format, level)
     out = stream or sys.stdout
@@ -136,5 +140,7 @@ def _failure_as_text(_logger: Any, _name: str, event: Any) -> Any:
 
 
 def get_logger(**context: Any) -> FilteringBoundLogger:
+    import structlog  # noqa: PLC0415 - see configure
+
     logger: FilteringBoundLogger = structlog.get_logger("scheduler").bind(**context)
     return logger

@@ -24,7 +24,8 @@ from scheduler.store.faults import StoreError, StoreRejectedError
 
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
-# How often a sleeping side thread looks whether the node is stopping.
+# How often a sleeping side thread looks whether the node is stopping, when its stop is
+# a plain event (a `StopSignal` wakes it instead).
 STOP_CHECK_S = 1.0
 T = TypeVar("T")
 
@@ -71,6 +72,30 @@ def persist(
             backoff.sleep()
 
 
+class StopSignal(threading.Event):
+    """A stop event that wakes the side threads asleep on it when it is set, so that an
+    idle node's threads sleep until there is something to do instead of looking at it
+    every second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listeners: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def on_set(self, wake: Callable[[], None]) -> None:
+        with self._guard:
+            self._listeners.append(wake)
+        if self.is_set():
+            wake()
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            listeners = list(self._listeners)
+        for wake in listeners:
+            wake()
+
+
 class SideThread(threading.Thread):
     """Repeats `step()` until `stop` is set; `step` returns how long to wait before the
     next. `wake_in(seconds)` brings the next step forward (a notification, a deadline
@@ -93,6 +118,14 @@ class SideThread(threading.Thread):
         self.failure: BaseException | None = None
         self._alarm = threading.Condition()
         self._wake_at = math.inf
+        self._stop_check = STOP_CHECK_S
+        if isinstance(stop, StopSignal):
+            self._stop_check = math.inf
+            stop.on_set(self._stopped)
+
+    def _stopped(self) -> None:
+        with self._alarm:
+            self._alarm.notify()
 
     def run(self) -> None:
         try:
@@ -122,8 +155,9 @@ class SideThread(threading.Thread):
                 if remaining <= 0:
                     self._wake_at = math.inf
                     return False
-                # The stop event is not ours to be woken by: look at it now and then.
-                self._alarm.wait(min(remaining, STOP_CHECK_S))
+                # A plain stop event cannot wake us: look at it now and then.
+                timeout = min(remaining, self._stop_check)
+                self._alarm.wait(None if math.isinf(timeout) else timeout)
         return True
 
 

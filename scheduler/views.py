@@ -18,6 +18,7 @@ from scheduler.instants import utc_text
 from scheduler.model import ONE_SHOT, JobRow
 from scheduler.states import Origin
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
+from scheduler.tables import table
 
 Record = dict[str, Any]
 TRACEBACK_LINES = 12
@@ -54,17 +55,6 @@ def origin_text(origin: str, attempt: int) -> str:
     if attempt > 1 and origin in (Origin.SCHEDULE, Origin.CATCHUP):
         return "retry"
     return origin
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, two spaces apart."""
-    widths = [
-        max([len(header)] + [len(row[i]) for row in rows]) for i, header in enumerate(headers)
-    ]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in [headers, *rows]
-    )
 
 
 def duration_text(milliseconds: int | None) -> str:

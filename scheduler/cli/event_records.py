@@ -7,6 +7,7 @@ from typing import Any
 from scheduler import views
 from scheduler.states import Delivery
 from scheduler.store.deliveries import EventRow
+from scheduler.tables import table
 
 
 def event_record(row: EventRow) -> dict[str, Any]:
@@ -38,4 +39,4 @@ def events_table(records: list[dict[str, Any]]) -> str:
         for record in records
     ]
     headers = ["CREATED", "KIND", "JOB", "PERIOD", "DELIVERY", "TRIES", "DETAIL / LAST ERROR"]
-    return views.table(headers, rows)
+    return table(headers, rows)

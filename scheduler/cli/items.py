@@ -17,6 +17,7 @@ from scheduler.node.pruner import parse_retention
 from scheduler.store import items as stored_items
 from scheduler.store import prune as retention
 from scheduler.store.items import ItemRow
+from scheduler.tables import table
 
 
 class ItemsGroup(click.Group):
@@ -70,7 +71,7 @@ def items_table(records: list[dict[str, Any]]) -> str:
         for record in records
     ]
     headers = ["JOB", "KEY", "STATE", "PERIOD", "ATTEMPT", "NODE", "CLAIMED", "DONE"]
-    return views.table(headers, rows)
+    return table(headers, rows)
 
 
 @click.group(name="items", cls=ItemsGroup, invoke_without_command=True)

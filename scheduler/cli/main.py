@@ -55,7 +55,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Resume JOB; the periods that passed while paused are not caught up.",
     ),
     "plan": (
-        "repair",
+        "plan",
         "plan",
         "Print JOB's next periods (or those of --cron) in UTC and in its time zone.",
     ),

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -22,9 +22,10 @@ from scheduler.config import (
     parse_jobs_option,
 )
 from scheduler.errors import UserError
-from scheduler.registry import Job, importable, load_jobs
-from scheduler.store import migrate as migrations
-from scheduler.store.database import Database, open_database
+
+if TYPE_CHECKING:
+    from scheduler.registry import Job
+    from scheduler.store.database import Database
 
 # `migrate --check`: the schema needs `scheduler migrate`.
 BEHIND = 1
@@ -97,6 +98,8 @@ def load_job_modules(jobs_modules: str) -> dict[str, Job]:
     """The jobs of `--jobs`. Left at its default (`jobs`, the examples of a source
     checkout) where no `jobs` package is, it asks for the user's own modules: the
     image ships none on its import path, so production never runs the demo by accident."""
+    from scheduler.registry import importable, load_jobs  # noqa: PLC0415 - see prepare
+
     context = click.get_current_context(silent=True)
     source = context.get_parameter_source("jobs_modules") if context else None
     if source is ParameterSource.DEFAULT and not importable(DEFAULT_JOBS):
@@ -117,7 +120,13 @@ def prepare(
     connections: int = 10,
     application_name: str = "scheduler",
 ) -> tuple[Database, dict[str, Job]]:
-    """Everything that may refuse bad input, before anything is written."""
+    """Everything that may refuse bad input, before anything is written.
+
+    The store and the registry are imported here, not with the module: every command's
+    options come from this module, and `--help` or `plan` need neither."""
+    from scheduler.store import migrate as migrations  # noqa: PLC0415
+    from scheduler.store.database import open_database  # noqa: PLC0415
+
     logs.configure(logs.LogFormat(log_format), log_level)
     jobs = load_job_modules(jobs_modules)
     database = open_database(

@@ -4,36 +4,32 @@ backfill, trigger, rerun, pause, resume, and plan (which only reads the schedule
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import click
 
-from scheduler import logs, views
+from scheduler import views
 from scheduler.admin import Admin
 from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     database_option,
     install_signal_handlers,
     jobs_option,
-    load_job_modules,
     logging_options,
     node_options,
     prepare,
 )
 from scheduler.config import node_identity, parse_option_duration, parse_period
-from scheduler.cron import Schedule, parse_schedule
-from scheduler.errors import ScheduleError, UserError
+from scheduler.errors import UserError
 from scheduler.node import foreground
 from scheduler.node.foreground import Foreground
 from scheduler.registry import Job
+from scheduler.tables import table
 
 SUCCESS, FAILURE = 0, 1
 
@@ -149,7 +145,7 @@ def backfill(
             [views.iso(step.period) or "", step.status.value if step.status else "-", step.action]
             for step in done.steps
         ]
-        click.echo(views.table(["PERIOD", "STATUS", "ACTION"], rows))
+        click.echo(table(["PERIOD", "STATUS", "ACTION"], rows))
         return
     _leave(SUCCESS if done.failed == 0 and not done.interrupted else FAILURE)
 
@@ -201,71 +197,3 @@ def pause(job_name: str, database_url: str) -> None:
 def resume(job_name: str, database_url: str) -> None:
     """Resume JOB; the periods that passed while paused are not caught up."""
     _set_paused(job_name, database_url, paused=False)
-
-
-@click.command()
-@click.argument("job_name", metavar="[JOB]", required=False)
-@click.option(
-    "--cron",
-    default=None,
-    help="Try this cron expression instead of a job's; needs no job module, writes nothing.",
-)
-@click.option("--timezone", default=None, help="With --cron: the IANA time zone [default: UTC].")
-@click.option("--count", type=click.IntRange(1, 10_000), default=10, show_default=True)
-@click.option("--after", default=None, help="Start after this instant [default: now].")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per period.")
-@jobs_option
-def plan(
-    *,
-    job_name: str | None,
-    cron: str | None,
-    timezone: str | None,
-    count: int,
-    after: str | None,
-    as_json: bool,
-    jobs_modules: str,
-) -> None:
-    """Print JOB's next periods (or those of --cron) in UTC and in its time zone."""
-    logs.configure(logs.LogFormat.CONSOLE, "warning")
-    schedule = _planned_schedule(job_name, cron, timezone, jobs_modules)
-    moment = parse_period(after, "--after") or datetime.now(UTC)
-    zone = ZoneInfo(schedule.timezone)
-    upcoming = [(period, period.astimezone(zone)) for period in _upcoming(schedule, moment, count)]
-    if as_json:
-        for period, local in upcoming:
-            record = {"utc": views.iso(period), "local": local.isoformat(), "zone": zone.key}
-            click.echo(json.dumps(record))
-        return
-    rows = [
-        [views.iso(period) or "", local.isoformat(), local.strftime("%a %Z")]
-        for period, local in upcoming
-    ]
-    click.echo(views.table(["PERIOD (UTC)", f"LOCAL ({zone.key})", "DAY"], rows))
-
-
-def _planned_schedule(
-    job_name: str | None, cron: str | None, timezone: str | None, jobs_modules: str
-) -> Schedule:
-    """The schedule to plan: a job's from --jobs, or the expression given with --cron."""
-    if cron is None:
-        if timezone is not None:
-            raise UserError("--timezone: only with --cron (a job has its own time zone)")
-        if job_name is None:
-            raise UserError("plan: name a JOB, or try an expression with --cron '*/5 * * * *'")
-        return _pick(load_job_modules(jobs_modules), job_name).schedule
-    if job_name is not None:
-        raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
-    try:
-        return parse_schedule(cron, timezone or "UTC")
-    except ScheduleError as error:
-        raise UserError(f"--{error.field}: {error.message}") from None
-
-
-def _upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
-    periods: list[datetime] = []
-    moment: datetime | None = after
-    while len(periods) < count and moment is not None:
-        moment = schedule.next_after(moment)
-        if moment is not None:
-            periods.append(moment)
-    return periods

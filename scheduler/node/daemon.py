@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +47,7 @@ from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
 from scheduler.store.liveness import PeerWatch, SessionLock
+from scheduler.supervision import StopSignal
 
 # The defaults are the command's (scheduler.config), parsed once.
 DEFAULT_RECOVERY_INTERVAL = parse_duration(config.DEFAULT_RECOVERY_INTERVAL)
@@ -111,7 +111,7 @@ class Daemon:
         self._node = node
         self._settings = settings
         self._liveness: Liveness | None = None
-        self._stop = threading.Event()
+        self._stop = StopSignal()
         self._clock = Clock()
         self._retrying = False
         self._early_said = -EARLY_WARNING_S

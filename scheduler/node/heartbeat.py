@@ -28,7 +28,7 @@ from scheduler.store import beat as store_beat
 from scheduler.store import nodes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.supervision import SideThread
+from scheduler.supervision import SideThread, StopSignal
 
 FIRST_BEAT_S = 1.0
 # A peer whose heartbeat is older than this many intervals is no longer given a share
@@ -49,7 +49,7 @@ class Heartbeat(SideThread):
         halt: threading.Event,
     ) -> None:
         # Its own stop event (it beats on while the node drains); a crash halts the node.
-        super().__init__("heartbeat", threading.Event(), log, halt=halt)
+        super().__init__("heartbeat", StopSignal(), log, halt=halt)
         # Soon after start, so that nodes started together learn of each other at once.
         self.first_wait = min(interval, FIRST_BEAT_S)
         self._database = database

@@ -32,7 +32,7 @@ from scheduler.store import nodes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
 from scheduler.store.liveness import SessionLock
-from scheduler.supervision import SideThread
+from scheduler.supervision import SideThread, StopSignal
 
 # A session that ends is noticed at once (the wait for notifications fails); the lock
 # itself is checked by every heartbeat, which raises a doubt here when it is not held,
@@ -90,7 +90,7 @@ class Liveness(SideThread):
         halt: threading.Event,
         wakeups: Wakeups | None = None,
     ) -> None:
-        self._closing = threading.Event()
+        self._closing = StopSignal()
         super().__init__("liveness", self._closing, log, halt=halt)
         self._database = database
         self._node_id = node_id

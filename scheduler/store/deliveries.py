@@ -13,7 +13,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, exists, func, or_, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 
 from scheduler.model import Event
 from scheduler.states import Delivery, EventKind
@@ -227,14 +239,19 @@ def next_due_on(database: Database, connection: Connection) -> float | None:
     """Seconds until the earliest pending event may be tried (its next try, or the end
     of the hold a delivering node has on it), by the database clock; negative when it
     has come; None when nothing is pending. For the heartbeat's read."""
+    statement = select(next_due_query().scalar_subquery(), database.now())
+    return seconds_to(*connection.execute(statement).one())
+
+
+def next_due_query() -> Select[Any]:
     free_at = case(
         (events.c.taken_until > events.c.next_try_at, events.c.taken_until),
         else_=events.c.next_try_at,
     )
-    earliest = (
-        select(func.min(free_at)).where(events.c.state == Delivery.PENDING.value).scalar_subquery()
-    )
-    moment, now = connection.execute(select(earliest, database.now())).one()
+    return select(func.min(free_at)).where(events.c.state == Delivery.PENDING.value)
+
+
+def seconds_to(moment: datetime | None, now: datetime) -> float | None:
     if moment is None:
         return None
     return (_as_utc(moment) - _as_utc(now)).total_seconds()

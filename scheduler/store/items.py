@@ -8,6 +8,7 @@ connection, the record commits or rolls back with the job's writes.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum, StrEnum
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Exists,
     and_,
     delete,
     exists,
@@ -27,7 +29,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from scheduler.model import Claim
 from scheduler.states import EventKind
@@ -53,8 +54,11 @@ def job_connection(connection: object) -> Connection:
     """The Connection behind what a job passed as `connection=`: a Connection or a Session."""
     if isinstance(connection, Connection):
         return connection
-    if isinstance(connection, Session):
-        return connection.connection()
+    # A Session's job has imported the ORM; the store need not (it costs a node's start).
+    orm = sys.modules.get("sqlalchemy.orm")
+    if orm is not None and isinstance(connection, orm.Session):
+        inner: Connection = connection.connection()
+        return inner
     raise TypeError(
         "connection= takes a SQLAlchemy Connection or Session, "
         f"got {type(connection).__module__}.{type(connection).__qualname__}"
@@ -191,6 +195,10 @@ def _claimer_active() -> ColumnElement[bool]:
 def unreported_stuck_on(connection: Connection) -> bool:
     """Whether an item is stuck that no `stuck_item` event tells of yet (the heartbeat
     asks, so that the alert thread need not look every minute)."""
+    return connection.execute(select(unreported_stuck_query())).scalar_one() is True
+
+
+def unreported_stuck_query() -> Exists:
     reported = exists().where(
         events.c.job == items.c.job,
         events.c.period == items.c.period,
@@ -198,7 +206,7 @@ def unreported_stuck_on(connection: Connection) -> bool:
         events.c.subject == func.substr(items.c.key, 1, 500),
     )
     stuck = and_(items.c.state == ItemState.CLAIMED.value, ~_claimer_active(), ~reported)
-    return connection.execute(select(exists().where(stuck))).scalar_one() is True
+    return exists().where(stuck)
 
 
 def list_items(

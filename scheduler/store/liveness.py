@@ -33,6 +33,9 @@ from scheduler.store.nodes import LIVENESS_NAMESPACE
 from scheduler.store.wakeups import CHANNEL
 
 DEFAULT_PORT = 5432
+# How long a liveness or watch session's wait sleeps at a time (it ends sooner when the
+# server answers, the session ends, or the caller's own timeout passes).
+IDLE_WAIT_S = 60.0
 
 
 def ports(database: Database) -> tuple[int, int]:
@@ -158,10 +161,19 @@ class PeerWatch:
         self._connection = None
 
 
+class _Patient(psycopg.Connection[Any]):
+    """A session that sleeps in its waits: psycopg wakes every 0.1 s while it waits on the
+    server (to let a signal in), ten wake-ups a second for sessions that wait all day
+    (LISTEN, a lock held by the next node). Signals go to the main thread, never here."""
+
+    def wait(self, gen: Any, interval: float | None = None, timeout: float | None = None) -> Any:
+        return super().wait(gen, interval=IDLE_WAIT_S, timeout=timeout)
+
+
 def _session(conninfo: str, application_name: str) -> psycopg.Connection[Any]:
     """A direct connection that idles for days by design, with keepalives that find a
     vanished server."""
-    connection = psycopg.connect(
+    connection = _Patient.connect(
         conninfo,
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,

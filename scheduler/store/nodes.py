@@ -12,8 +12,19 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    select,
+    text,
+    update,
+)
 
 from scheduler.model import NodeIdentity
 from scheduler.states import RunStatus
@@ -121,6 +132,11 @@ def peers_on(
     database: Database, connection: Connection, node_id: str, alive_within: float
 ) -> list[str]:
     """`peers` inside a transaction of the caller's."""
+    return list(connection.execute(peers_query(database, node_id, alive_within)).scalars())
+
+
+def peers_query(database: Database, node_id: str, alive_within: float) -> Select[Any]:
+    """The ids `peers` reads, in order (the heartbeat folds it into its one read)."""
     digest = select(nodes.c.jobs_digest).where(nodes.c.id == node_id).scalar_subquery()
     conditions = [
         nodes.c.jobs_digest == digest,
@@ -129,8 +145,7 @@ def peers_on(
     ]
     if database.sessions:
         conditions.append(~_gone())
-    statement = select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
-    return list(connection.execute(statement).scalars())
+    return select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
 
 
 def gone(database: Database) -> list[str]:
@@ -144,15 +159,25 @@ def gone(database: Database) -> list[str]:
 
 def gone_on(database: Database, connection: Connection) -> list[str]:
     """`gone` inside a transaction of the caller's (PostgreSQL only)."""
+    return list(connection.execute(gone_query(database)).scalars())
+
+
+def gone_query(database: Database) -> Select[Any]:
     recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
-    return list(connection.execute(select(nodes.c.id).where(_gone(), recent)).scalars())
+    return select(nodes.c.id).where(_gone(), recent).order_by(nodes.c.id)
 
 
 def watchable_on(database: Database, connection: Connection, alive_within: float) -> list[Watched]:
     """Running nodes (any jobs) that hold their liveness lock, in id order: the ring in
     which each node watches the next for its lock to go (PostgreSQL only)."""
-    statement = (
-        select(nodes.c.id, nodes.c.liveness_key)
+    statement = watchable_query(database, alive_within, nodes.c.id, nodes.c.liveness_key)
+    return [Watched(row.id, row.liveness_key) for row in connection.execute(statement)]
+
+
+def watchable_query(database: Database, alive_within: float, *columns: Any) -> Select[Any]:
+    """The ring's nodes, in id order, as `columns` of them."""
+    return (
+        select(*columns)
         .where(
             nodes.c.stopped_at.is_(None),
             nodes.c.liveness_key.is_not(None),
@@ -161,13 +186,15 @@ def watchable_on(database: Database, connection: Connection, alive_within: float
         )
         .order_by(nodes.c.id)
     )
-    return [Watched(row.id, row.liveness_key) for row in connection.execute(statement)]
 
 
 def own_lock_held(connection: Connection, node_id: str) -> bool:
     """Whether this node's own liveness lock is held (by its liveness session)."""
-    statement = select(_lock_held()).select_from(nodes).where(nodes.c.id == node_id)
-    return bool(connection.execute(statement).scalar())
+    return bool(connection.execute(own_lock_query(node_id)).scalar())
+
+
+def own_lock_query(node_id: str) -> Select[Any]:
+    return select(_lock_held()).select_from(nodes).where(nodes.c.id == node_id)
 
 
 def release_runs_of(database: Database, holders: Collection[str]) -> int:

@@ -12,8 +12,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, Select, func, insert, select, update
 
 from scheduler.store.database import Database
 from scheduler.store.schema import requests
@@ -159,8 +160,11 @@ def recent(database: Database, job: str | None = None, limit: int = 20) -> list[
 
 def any_pending_on(connection: Connection) -> bool:
     """Whether some request waits for a node (inside a transaction of the caller's)."""
-    statement = select(requests.c.id).where(requests.c.taken_by.is_(None)).limit(1)
-    return connection.execute(statement).first() is not None
+    return connection.execute(pending_query()).first() is not None
+
+
+def pending_query() -> Select[Any]:
+    return select(requests.c.id).where(requests.c.taken_by.is_(None)).limit(1)
 
 
 def count_pending(database: Database) -> int:

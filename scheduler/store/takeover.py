@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     and_,
     case,
     exists,
@@ -320,11 +321,22 @@ def next_deadline_on(database: Database, connection: Connection) -> float | None
     """Seconds until the earliest lease end or retry of any job, by the database clock;
     negative when it has passed (a pass may be due that no notice announced); None if
     no run holds a lease or waits for a retry. For the heartbeat's read."""
+    lease, retry = next_deadline_queries()
+    statement = select(lease.scalar_subquery(), retry.scalar_subquery(), database.now())
+    return seconds_to_deadline(*connection.execute(statement).one())
+
+
+def next_deadline_queries() -> tuple[Select[Any], Select[Any]]:
+    """The earliest lease end and the earliest retry, each a one-value query."""
     leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
-    lease = select(func.min(runs.c.lease_expires_at)).where(leased).scalar_subquery()
+    lease = select(func.min(runs.c.lease_expires_at)).where(leased)
     retry = select(func.min(runs.c.retry_at)).where(runs.c.retry_at.is_not(None))
-    statement = select(lease, retry.scalar_subquery(), database.now())
-    lease_at, retry_at, now = connection.execute(statement).one()
+    return lease, retry
+
+
+def seconds_to_deadline(
+    lease_at: datetime | None, retry_at: datetime | None, now: datetime
+) -> float | None:
     deadlines = [_as_utc(moment) for moment in (lease_at, retry_at) if moment is not None]
     if not deadlines:
         return None

@@ -1,6 +1,6 @@
 """The command list `--help` prints without importing any command is the one click
-would print from the commands themselves, and a read-only command loads neither the
-daemon nor the web console."""
+would print from the commands themselves; a read-only command loads neither the daemon,
+the run path nor the web console; `plan --cron` loads no database library at all."""
 
 from __future__ import annotations
 
@@ -53,6 +53,38 @@ def test_a_view_loads_neither_the_daemon_nor_the_console() -> None:
     assert "scheduler.cli.views" in loaded
     for heavy in ("scheduler.node.daemon", "scheduler.console", "flask", "scheduler.http"):
         assert heavy not in loaded, heavy
+    # Nor the run path (Admin reads through the store; only running needs a Foreground).
+    assert not {module for module in loaded if module.startswith("scheduler.run")}
+    assert "scheduler.node.foreground" not in loaded
+    assert "sqlalchemy.orm" not in loaded
+
+
+def test_plan_with_cron_loads_only_the_cron_parser() -> None:
+    loaded = _modules_after("plan", "--cron", "0 * * * *", "--count", "1")
+    assert "scheduler.cli.plan" in loaded
+    assert "scheduler.cron" in loaded
+    for heavy in ("sqlalchemy", "psycopg", "structlog", "scheduler.store", "scheduler.registry"):
+        assert heavy not in loaded, heavy
+
+
+def test_importing_the_package_loads_no_job_machinery() -> None:
+    """`from scheduler import job` still works (below); `import scheduler.cli` alone
+    must not pay for it."""
+    loaded = _modules_after("--help")
+    for heavy in ("structlog", "apscheduler", "scheduler.registry", "scheduler.run.context"):
+        assert heavy not in loaded, heavy
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from scheduler import job, RunContext, Event, on_event; print(job)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert "function job" in done.stdout
 
 
 def test_the_revisions_read_without_alembic_are_alembics() -> None:
