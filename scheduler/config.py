@@ -7,7 +7,6 @@ import os
 import secrets
 import socket
 from datetime import UTC, datetime, timedelta
-from importlib.metadata import version
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
@@ -76,5 +75,13 @@ def node_identity(name: str | None) -> NodeIdentity:
         name=node_name,
         host=host,
         pid=pid,
-        version=version(DISTRIBUTION),
+        version=_version(),
     )
+
+
+def _version() -> str:
+    """This distribution's version; importlib.metadata is loaded only by whoever asks (a
+    node, `--version`), not by every command."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    return version(DISTRIBUTION)

@@ -42,6 +42,10 @@ POLL_S = 1.0
 # Listening: the slow sweep behind the notifications and the heartbeat's reads.
 SWEEP_S = 300.0
 STUCK_SCAN_S = 60.0
+# After a look that found only other nodes' events due (jobs this node does not run),
+# the heartbeat's "an event is due" is not taken up again for this long: such an event
+# would otherwise cost a query every beat until a node that runs its job delivers it.
+FOREIGN_PAUSE_S = 60.0
 STUCK_LIMIT = 200
 # A hook without a timeout of its own (a webhook has one) gets this long per call.
 HOOK_TIMEOUT_S = 30.0
@@ -112,6 +116,12 @@ class Alerts(SideThread):
         if wakeups is not None:
             wakeups.alerts = self
         self._next_stuck_scan = 0.0
+        self._foreign_until = 0.0
+
+    def due_in(self, seconds: float) -> None:
+        """The heartbeat read that some event's try comes in `seconds`."""
+        if time.monotonic() >= self._foreign_until:
+            self.wake_in(seconds)
 
     def stuck_reported_late(self) -> None:
         """The heartbeat read a stuck item no event tells of: look now."""
@@ -125,17 +135,21 @@ class Alerts(SideThread):
                 # Listening, the next scan waits for the heartbeat to see a stuck item.
                 self._next_stuck_scan = time.monotonic() + (SWEEP_S if listening else STUCK_SCAN_S)
                 self.record_stuck()
-            self._deliver_all(self._stopping.is_set)
+            ours = self._deliver_all(self._stopping.is_set)
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
             return POLL_S
+        self._foreign_until = 0.0 if ours else time.monotonic() + FOREIGN_PAUSE_S
         return SWEEP_S if listening else POLL_S
 
-    def _deliver_all(self, stopping: Callable[[], bool]) -> None:
-        for row in store.due(self._database, self._jobs):
+    def _deliver_all(self, stopping: Callable[[], bool]) -> int:
+        """Deliver what is due of this node's jobs; how many events that was."""
+        rows = store.due(self._database, self._jobs)
+        for row in rows:
             if stopping():
                 break
             self.deliver(row)
+        return len(rows)
 
     def deliver_due(self) -> None:
         """One pass over what is due now, without the thread (a one-shot command about to

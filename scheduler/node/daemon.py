@@ -46,7 +46,6 @@ from scheduler.run.observers import RunObserver
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.store.liveness import PeerWatch, SessionLock
 from scheduler.supervision import StopSignal
 
 # The defaults are the command's (scheduler.config), parsed once.
@@ -238,6 +237,10 @@ class Daemon:
         if mode is not LivenessMode.SESSION:
             self._wakeups.choose(WakeupMode.POLL, f"no session of its own ({why})")
             return None
+        # Imported here: psycopg's sessions are for PostgreSQL, and a node on SQLite
+        # (which never gets this far) starts without loading psycopg at all.
+        from scheduler.store.liveness import PeerWatch, SessionLock  # noqa: PLC0415
+
         lock = SessionLock(self._database, f"scheduler {self._node.name}")
         key = lock.connect()
         self._liveness = Liveness(

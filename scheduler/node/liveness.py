@@ -22,17 +22,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.errors import UserError
 from scheduler.node.wakeups import Wakeups
-from scheduler.store import liveness as session
 from scheduler.store import nodes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.store.liveness import SessionLock
 from scheduler.supervision import SideThread, StopSignal
+
+if TYPE_CHECKING:
+    from scheduler.store.liveness import SessionLock
 
 # A session that ends is noticed at once (the wait for notifications fails); the lock
 # itself is checked by every heartbeat, which raises a doubt here when it is not held,
@@ -63,7 +65,10 @@ def choose(database: Database, wanted: Mode) -> tuple[Mode, str]:
         return Mode.LEASE, "--liveness lease"
     if wanted is Mode.SESSION:
         return Mode.SESSION, "--liveness session"
-    port, server_port = session.ports(database)
+    # Only here, on PostgreSQL: the sessions are psycopg's, which SQLite nodes never load.
+    from scheduler.store.liveness import ports  # noqa: PLC0415
+
+    port, server_port = ports(database)
     if server_port != port:
         return Mode.LEASE, (
             f"the server listens on {server_port}, the URL names {port}: a pooler or proxy "

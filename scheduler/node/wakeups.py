@@ -51,6 +51,8 @@ class GoneWatcher(Protocol):
 class AlertWatcher(Protocol):
     def wake_in(self, seconds: float = 0.0) -> None: ...
 
+    def due_in(self, seconds: float) -> None: ...
+
     def stuck_reported_late(self) -> None: ...
 
 
@@ -151,6 +153,6 @@ class Wakeups:
             if beat.stuck_unreported:
                 self.alerts.stuck_reported_late()
             if beat.alerts_in is not None:
-                self.alerts.wake_in(max(0.0, beat.alerts_in))
+                self.alerts.due_in(max(0.0, beat.alerts_in))
         if self.watch is not None:
             self.watch.ring(beat.ring)

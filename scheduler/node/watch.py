@@ -17,6 +17,7 @@ next heartbeat of any node reads the nodes gone anyway.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from structlog.typing import FilteringBoundLogger
 
@@ -24,13 +25,16 @@ from scheduler.store import nodes
 from scheduler.store import wakeups as store_wakeups
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.store.liveness import PeerWatch
 from scheduler.store.nodes import Watched
 from scheduler.supervision import SideThread
 
 RETRY_S = 1.0
 # With nobody to watch, wait for the next heartbeat's ring.
 IDLE_S = 300.0
+
+
+if TYPE_CHECKING:
+    from scheduler.store.liveness import PeerWatch
 
 
 class Watch(SideThread):

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.expression import ColumnElement
@@ -158,7 +157,7 @@ class Database:
 
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT."""
-        return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
+        return dialect_insert(self.engine.dialect.name, table)
 
     def now(self) -> ColumnElement[datetime]:
         """The database clock as the statement began: the server's (not `now()`, which
@@ -356,3 +355,15 @@ def _sqlite_engine(url: URL, *, must_exist: bool, kept: int, extra: int) -> Engi
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """PostgreSQL's or SQLite's INSERT (ON CONFLICT), importing only the one in use: a
+    command on SQLite need not load PostgreSQL's dialect (and the reverse)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert  # noqa: PLC0415
+
+        return insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # noqa: PLC0415
+
+    return sqlite_insert(table)

@@ -28,11 +28,10 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler.model import Claim
 from scheduler.states import EventKind
-from scheduler.store.database import Database
+from scheduler.store.database import Database, dialect_insert
 from scheduler.store.fence import ACTIVE, fenced
 from scheduler.store.schema import events, items, runs
 
@@ -125,7 +124,7 @@ def _claim(
 
 def _insert(connection: Connection) -> Any:
     dialect = connection.dialect.name
-    return postgresql.insert(items) if dialect == "postgresql" else sqlite.insert(items)
+    return dialect_insert(dialect, items)
 
 
 def _now(connection: Connection) -> ColumnElement[datetime]:
