@@ -41,7 +41,7 @@ from scheduler.model import FUTURE_TOLERANCE, Claim, ClaimResult, Due
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import events as alert_events
 from scheduler.store.database import Database
-from scheduler.store.fence import OCCUPYING_SQL, lock_jobs, occupying
+from scheduler.store.fence import OCCUPYING_SQL, occupying
 from scheduler.store.schema import jobs, runs
 from scheduler.store.wakeups import notify_claimed
 
@@ -84,10 +84,9 @@ def claim(
     for chunk in random.sample(chunks, len(chunks)):
         part = ClaimResult([], [])
         sent = time.monotonic()
-        with database.guarded() as guarded:
+        ordered = any(item.overlap_limit is not None for item in chunk)
+        with database.guarded(jobs={item.job for item in chunk} if ordered else ()) as guarded:
             connection = guarded.connection
-            if any(item.overlap_limit is not None for item in chunk):
-                lock_jobs(database, connection, {item.job for item in chunk})
             horizon = guarded.began + FUTURE_TOLERANCE
             ready = [item for item in chunk if item.period <= horizon]
             part.early.extend(item for item in chunk if item.period > horizon)

@@ -14,7 +14,7 @@ stalling every node behind its locks.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.expression import ColumnElement
 
 from scheduler.errors import UserError
+from scheduler.model import lock_key
 from scheduler.store.deadlines import WATCH
 from scheduler.store.faults import UNSENDABLE, StoreError, translate
 from scheduler.store.schema import UTCDateTime
@@ -77,6 +78,30 @@ def parse_database_url(raw: str) -> URL:
             )
         return url
     raise UserError(f"--database-url: unsupported database {backend!r} (use sqlite or postgresql)")
+
+
+_BOUND = text(
+    "SELECT set_config('lock_timeout', :lock, true),"
+    " set_config('idle_in_transaction_session_timeout', :idle, true),"
+    " set_config('statement_timeout', :statement, true),"
+    " statement_timestamp()"
+)
+# The same, then the job locks: `locked` reads `settings`, so the bounds are in force
+# before the first lock is waited for; a volatile function in the select list runs
+# after the sort, so the locks are taken in key order (no deadlock between nodes).
+_BOUND_AND_LOCK = text(
+    """
+    WITH settings AS MATERIALIZED (
+        SELECT set_config('lock_timeout', :lock, true) AS lock_set,
+               set_config('idle_in_transaction_session_timeout', :idle, true) AS idle_set,
+               set_config('statement_timeout', :statement, true) AS statement_set,
+               statement_timestamp() AS began),
+    locked AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(key) FROM settings,
+               unnest(CAST(:keys AS BIGINT[])) AS key ORDER BY key)
+    SELECT began, (SELECT count(*) FROM locked) FROM settings
+    """
+)
 
 
 @dataclass(frozen=True)
@@ -215,15 +240,19 @@ class Database:
         return WATCH.watching(connection.connection.dbapi_connection, self.call_timeout)
 
     @contextmanager
-    def guarded(self, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Iterator[Guarded]:
+    def guarded(
+        self, *, lock_timeout: float = LOCK_TIMEOUT_S, jobs: Collection[str] = ()
+    ) -> Iterator[Guarded]:
         """A transaction for writes that take locks other nodes wait for.
 
         With a server clock (PostgreSQL) its first statement bounds, for this
         transaction only (so behind a pooler nothing leaks into another client's
         session), how long it waits for a lock, runs a statement, and may sit idle: a
         node frozen inside it loses its session and its locks after
-        IDLE_IN_TRANSACTION_S. It also reads the clock. A single writer lock (SQLite)
-        is bounded by its busy timeout instead.
+        IDLE_IN_TRANSACTION_S. It also reads the clock, and takes the advisory locks of
+        `jobs` (in key order, after the bounds are set): the statements that follow see
+        every row a holder of those locks committed. A single writer lock (SQLite) is
+        bounded by its busy timeout instead, and needs no job lock.
         """
         with (
             self._faults(),
@@ -234,19 +263,16 @@ class Database:
             if self.one_writer:
                 yield Guarded(connection, datetime.now(UTC))
                 return
-            began = connection.execute(
-                text(
-                    "SELECT set_config('lock_timeout', :lock, true),"
-                    " set_config('idle_in_transaction_session_timeout', :idle, true),"
-                    " set_config('statement_timeout', :statement, true),"
-                    " statement_timestamp()"
-                ),
-                {
-                    "lock": f"{round(lock_timeout * 1000)}ms",
-                    "idle": f"{round(IDLE_IN_TRANSACTION_S * 1000)}ms",
-                    "statement": f"{round(STATEMENT_TIMEOUT_S * 1000)}ms",
-                },
-            ).one()[3]
+            bounds = {
+                "lock": f"{round(lock_timeout * 1000)}ms",
+                "idle": f"{round(IDLE_IN_TRANSACTION_S * 1000)}ms",
+                "statement": f"{round(STATEMENT_TIMEOUT_S * 1000)}ms",
+            }
+            keys = sorted({lock_key(job) for job in jobs}) if self.job_locks else []
+            if keys:  # one round trip for the bounds, the clock and the locks
+                began = connection.execute(_BOUND_AND_LOCK, {**bounds, "keys": keys}).one()[0]
+            else:
+                began = connection.execute(_BOUND, bounds).one()[3]
             yield Guarded(connection, began.astimezone(UTC))
 
     @contextmanager

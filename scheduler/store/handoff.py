@@ -22,7 +22,7 @@ from sqlalchemy import Connection, select, text, update
 from scheduler.model import Claim, Delivery, QueueRequest, Refusal, Started
 from scheduler.states import RunStatus
 from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE, fence_arrays, fence_of, lock_jobs, mine
+from scheduler.store.fence import ACTIVE, fence_arrays, fence_of, mine
 from scheduler.store.schema import runs
 from scheduler.store.writes import startable
 
@@ -34,8 +34,7 @@ def queue(database: Database, requests: Sequence[QueueRequest]) -> list[Started]
         return []
     in_turn = {request.claim.job for request in requests if request.in_turn}
     if database.arrays:
-        with database.guarded() as guarded:
-            lock_jobs(database, guarded.connection, in_turn)
+        with database.guarded(jobs=in_turn) as guarded:
             return _queue_postgres(guarded.connection, requests)
     with database.transaction() as connection:
         return [_queue_one(database, connection, request) for request in requests]

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from scheduler.model import Claim, Stale
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE, RETRYABLE, lock_jobs
+from scheduler.store.fence import ACTIVE, RETRYABLE
 from scheduler.store.schema import attempts, jobs, runs
 
 STALE_COLUMNS = (
@@ -133,9 +133,8 @@ def retake(
     """
     new_origin = origin or stale.origin
     sent = time.monotonic()
-    with database.guarded() as guarded:
+    with database.guarded(jobs=[stale.job]) as guarded:
         connection = guarded.connection
-        lock_jobs(database, connection, [stale.job])
         if not _supersede(database, connection, stale, by_hand=by_hand):
             return None
         taken = connection.execute(

@@ -27,7 +27,6 @@ from scheduler.store.fence import (
     fence_arrays,
     fence_of,
     fenced,
-    lock_jobs,
     mine,
 )
 from scheduler.store.schema import events, runs
@@ -79,8 +78,7 @@ def record(
         with database.autocommit() as connection:
             return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
     if database.arrays:
-        with database.guarded() as guarded:
-            lock_jobs(database, guarded.connection, in_turn)
+        with database.guarded(jobs=in_turn) as guarded:
             applied = _finish_postgres(guarded.connection, outcomes)
             return applied, _start_postgres(guarded.connection, starts)
     with database.transaction() as connection:
