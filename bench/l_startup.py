@@ -2,8 +2,9 @@
 
 For each tree (this one, and `--baseline`), `--runs` times each: `scheduler --help`,
 `scheduler plan --cron '0 * * * *'`, the read-only commands (`jobs`, `runs`, `nodes`,
-`check`) on a small SQLite database, and a node's start (exec to `node_started`) with
-10 and with 10,000 jobs on SQLite. Runs alternate between the trees, so a noisy
+`check`) on a small SQLite database, a node's start (exec to `node_started`) with
+10 and with 10,000 jobs on SQLite, and exec to the first run of a catch-up (`all`, ten
+periods owed). Runs alternate between the trees, so a noisy
 neighbour weighs on both; medians and the ratio this / baseline.
 
 `--python` names the interpreter: by default this one (the development environment,
@@ -20,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -53,7 +56,9 @@ def _command(tree: Path, folder: Path, *args: str) -> float:
     return time.perf_counter() - began
 
 
-def _node_start(tree: Path, folder: Path, url: str, jobs: str) -> float:
+def _node_start(
+    tree: Path, folder: Path, url: str, jobs: str, *, until: bytes = b'"node_started"'
+) -> float:
     arguments = ["run", "--database-url", url, "--jobs", jobs, "--log-format", "json"]
     began = time.perf_counter()
     process = subprocess.Popen(
@@ -66,12 +71,28 @@ def _node_start(tree: Path, folder: Path, url: str, jobs: str) -> float:
     assert process.stdout is not None
     try:
         for line in process.stdout:
-            if b'"node_started"' in line:
+            if until in line:
                 return time.perf_counter() - began
         raise RuntimeError("the node never started")
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def _catchup_start(tree: Path, folder: Path, label: str, jobs: str) -> float:
+    """Exec to the first catch-up run's start: a fresh copy of the tree's database in
+    which the job was first seen ten minutes ago, so ten periods are owed (`all`)."""
+    path = folder / f"{label}-catchup.db"
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # the last run's
+        leftover.unlink(missing_ok=True)
+    shutil.copyfile(folder / f"{label}-fresh.db", path)
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "INSERT INTO scheduler_jobs (name, cron, timezone, first_seen, last_seen, paused)"
+            " VALUES ('j0_00000', '* * * * *', 'UTC', datetime('now', '-10 minutes'),"
+            " datetime('now'), 0)"
+        )
+    return _node_start(tree, folder, f"sqlite:///{path}", jobs, until=b'"run_started"')
 
 
 def main() -> int:
@@ -88,6 +109,7 @@ def main() -> int:
         folder = Path(name)
         jobs = harness.job_module(folder, "ten_jobs", [("@yearly", 10, "")])
         many = harness.job_module(folder, "many_jobs", [("@yearly", 10_000, "")])
+        owed = harness.job_module(folder, "owed_job", [("* * * * *", 1, 'catchup="all"')])
         for label, tree in trees.items():
             for url in (f"sqlite:///{folder / label}.db", f"sqlite:///{folder / label}-many.db"):
                 subprocess.run(
@@ -97,6 +119,7 @@ def main() -> int:
                     capture_output=True,
                     check=True,
                 )
+            shutil.copyfile(folder / f"{label}.db", folder / f"{label}-fresh.db")
         for _ in range(options.runs):
             for label, tree in trees.items():
                 url = f"sqlite:///{folder / label}.db"
@@ -111,12 +134,20 @@ def main() -> int:
                     "run, 10,000 jobs": _node_start(
                         tree, folder, f"sqlite:///{folder / label}-many.db", many
                     ),
+                    "catch-up: exec to first run": _catchup_start(tree, folder, label, owed),
                 }
                 for key, seconds in measured.items():
                     figures.setdefault(f"{label}|{key}", []).append(seconds)
     print(f"median of {options.runs}, seconds (this / baseline)")
     table = {}
-    keys = ["--help", "plan --cron", *READ_ONLY, "run: exec to node_started", "run, 10,000 jobs"]
+    keys = [
+        "--help",
+        "plan --cron",
+        *READ_ONLY,
+        "run: exec to node_started",
+        "run, 10,000 jobs",
+        "catch-up: exec to first run",
+    ]
     for key in keys:
         this = statistics.median(figures[f"this|{key}"])
         base = statistics.median(figures[f"baseline|{key}"])
