@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from scheduler.store.queries import AttemptRow, RunRow
+from scheduler.tables import table
 from scheduler.views import (
     duration_text,
     error_summary,
     iso,
     merged_attempts,
     short_time,
-    table,
 )
 
 PERIOD = datetime(2026, 3, 10, 3, 0, tzinfo=UTC)
