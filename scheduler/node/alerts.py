@@ -117,29 +117,42 @@ class Alerts(SideThread):
             wakeups.alerts = self
         self._next_stuck_scan = 0.0
         self._foreign_until = 0.0
+        self._foreign_stuck_until = 0.0
+        # The heartbeat said an event's try has come, since the last step.
+        self._told_due = False
 
     def due_in(self, seconds: float) -> None:
         """The heartbeat read that some event's try comes in `seconds`."""
         if time.monotonic() >= self._foreign_until:
+            self._told_due = self._told_due or seconds <= 0
             self.wake_in(seconds)
 
     def stuck_reported_late(self) -> None:
-        """The heartbeat read a stuck item no event tells of: look now."""
+        """The heartbeat read a stuck item no event tells of: look now (unless the last
+        look found only other nodes' jobs' stuck items: then in a minute at most)."""
+        if time.monotonic() < self._foreign_stuck_until:
+            return
         self._next_stuck_scan = 0.0
         self.wake_in(0.0)
 
     def step(self) -> float:
         listening = self._wakeups is not None and self._wakeups.listening
+        told_due, self._told_due = self._told_due, False
         try:
             if time.monotonic() >= self._next_stuck_scan:
                 # Listening, the next scan waits for the heartbeat to see a stuck item.
                 self._next_stuck_scan = time.monotonic() + (SWEEP_S if listening else STUCK_SCAN_S)
-                self.record_stuck()
+                own_stuck, seen = self.record_stuck()
+                foreign_only = seen > 0 and own_stuck == 0
+                self._foreign_stuck_until = (
+                    time.monotonic() + FOREIGN_PAUSE_S if foreign_only else 0.0
+                )
             ours = self._deliver_all(self._stopping.is_set)
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
             return POLL_S
-        self._foreign_until = 0.0 if ours else time.monotonic() + FOREIGN_PAUSE_S
+        # Told that an event is due, and none was this node's: another node's jobs'.
+        self._foreign_until = time.monotonic() + FOREIGN_PAUSE_S if told_due and not ours else 0.0
         return SWEEP_S if listening else POLL_S
 
     def _deliver_all(self, stopping: Callable[[], bool]) -> int:
@@ -159,16 +172,17 @@ class Alerts(SideThread):
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
 
-    def record_stuck(self) -> None:
+    def record_stuck(self) -> tuple[int, int]:
+        """Record this node's jobs' stuck items as events; how many were its jobs', and
+        how many stuck items it saw in all."""
         found = stored_items.list_items(self._database, None, stuck_only=True, limit=STUCK_LIMIT)
-        born.stuck(
-            self._database,
-            [
-                (row.job, row.period, row.key, row.run_id, row.attempt)
-                for row in found
-                if row.job in self._jobs
-            ],
-        )
+        ours = [
+            (row.job, row.period, row.key, row.run_id, row.attempt)
+            for row in found
+            if row.job in self._jobs
+        ]
+        born.stuck(self._database, ours)
+        return len(ours), len(found)
 
     def deliver(self, row: EventRow) -> None:
         """Take the event's next try and call the hooks that have not taken it yet."""
