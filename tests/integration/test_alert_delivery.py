@@ -17,10 +17,13 @@ from scheduler.alerting.webhook import KEY_HEADER, SIGNATURE_HEADER, Webhook, ve
 from scheduler.model import Due, Event, Failure, Finish
 from scheduler.node import alerts
 from scheduler.node.alerts import Alerts
+from scheduler.node.wakeups import Mode as WakeupMode
+from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job, job
 from scheduler.states import Delivery, RunStatus
 from scheduler.store import claims, writes
 from scheduler.store import deliveries as stored_events
+from scheduler.store.beat import Beat
 from scheduler.store.database import Database
 from tests.receivers import receiver
 from tests.waiting import wait_until
@@ -194,3 +197,52 @@ def test_tries_run_out_and_the_event_is_failed(database: Database) -> None:
     (row,) = stored_events.recent(database)
     assert row.last_error is not None
     assert "answered 500" in row.last_error
+
+
+def _beat(alerts_in: float | None) -> Beat:
+    return Beat([], datetime.now(UTC), [], [], [], None, False, alerts_in, False, True)
+
+
+def test_a_listening_node_asks_once_a_minute_about_events_only_others_can_deliver(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event of a job this node does not run is due on every heartbeat until a node
+    that runs the job delivers it; this node looks once, then lets the beats' "due"
+    pass for a minute. Its own events still wake it at once (their notification)."""
+    asked: list[float] = []
+    real_due = stored_events.due
+
+    def counting_due(*args: object, **kwargs: object) -> list[stored_events.EventRow]:
+        asked.append(time.monotonic())
+        return real_due(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stored_events, "due", counting_due)
+    heard: list[Event] = []
+
+    @job(cron="* * * * *", name="ours", on={"failed": heard.append})
+    def ours() -> None: ...
+
+    _fail(database, "theirs")  # pending; no live node here runs "theirs"
+    wakeups = Wakeups(structlog.get_logger())
+    wakeups.choose(WakeupMode.EVENTS, "test")
+    stop = threading.Event()
+    thread = Alerts(
+        database=database,
+        jobs={"ours": ours},
+        node_id="node-a",
+        stop=stop,
+        log=structlog.get_logger(),
+        wakeups=wakeups,
+    )
+    thread.start()
+    try:
+        wait_until(lambda: len(asked) == 1, timeout=5)  # the first look, at start
+        for _ in range(5):  # five heartbeats, each reading an event due
+            wakeups.beat(_beat(-1.0))
+            time.sleep(0.2)
+        assert len(asked) == 2, "the first beat's 'due' is looked at, the next four not"
+        _fail(database, "ours")
+        wakeups.heard("alert")  # what its birth notifies
+        wait_until(lambda: len(heard) == 1, timeout=5)
+    finally:
+        _stop(stop, [thread])
