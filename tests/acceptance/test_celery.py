@@ -52,11 +52,22 @@ def test_each_period_is_sent_once_and_run_once_on_a_worker(
         assert node.stop() == 0, node.log_path.read_text()[-3000:]
         time.sleep(1)
         worker.stop()
-    rows = [row for row in run_rows(postgres_url, "remote_tick") if row["status"] != "queued"]
+    recorded = [row for row in run_rows(postgres_url, "remote_tick") if row["status"] != "queued"]
+    # A period claimed at the instant SIGTERM came, not yet queued, is given back for
+    # another node to take (never started, never lost): at most that one.
+    given_back = [
+        row
+        for row in recorded
+        if row["status"] == RunStatus.ABANDONED
+        and row["reason"] == "shutdown"
+        and row["started_attempts"] == 0
+    ]
+    assert len(given_back) <= 1, given_back
+    rows = [row for row in recorded if row not in given_back]
     ran = executions(evidence)
     assert len(rows) >= 4
     assert {row["status"] for row in rows} == {RunStatus.SUCCEEDED}, rows
-    assert missing_seconds([row["period"] for row in rows]) == []
+    assert missing_seconds([row["period"] for row in recorded]) == []
     assert [period for period, times in ran.items() if times > 1] == []
     assert sorted(ran) == sorted(row["period"].isoformat() for row in rows)
     for row in rows:
