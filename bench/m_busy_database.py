@@ -14,22 +14,13 @@ on the same machine, so each figure is also a ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
-from bench import harness
-from bench.k_idle_database import (
-    SETTLE_S,
-    _clock,
-    _log_statements,
-    _start,
-    _transactions,
-    transactions_by_kind,
-)
+from bench import harness, server_log
 
 NODES = 3
 # `--breakdown`: also say which statements begin the transactions (on stderr).
@@ -46,22 +37,25 @@ def measure(baseline: Path | None, seconds: float) -> dict[str, float]:
             url = stack.enter_context(harness.fresh_database(empty=label != "this"))
             if label != "this":
                 harness.migrate_with(tree, url)
-            _log_statements(url)
-            nodes = [_start(tree, folder, f"{label}-{i}", url, module) for i in range(NODES)]
+            server_log.log_statements(url)
+            nodes = [
+                server_log.start_node(tree, folder, f"{label}-{i}", url, module)
+                for i in range(NODES)
+            ]
             for node in nodes:
                 stack.callback(node.stop)
             clusters[label] = (url, nodes)
         for _, nodes in clusters.values():
             for node in nodes:
                 node.wait_for("node_started", timeout=120)
-        time.sleep(SETTLE_S)
-        since, began = _clock(), datetime.now().astimezone()
+        time.sleep(server_log.SETTLE_S)
+        since, began = server_log.clock(), datetime.now().astimezone()
         time.sleep(seconds)
-        until, ended = _clock(), datetime.now().astimezone()
+        until, ended = server_log.clock(), datetime.now().astimezone()
         for label, (url, _) in clusters.items():
-            figures[f"{label} tx/s"] = _transactions(url, since, until) / seconds
+            figures[f"{label} tx/s"] = server_log.transactions(url, since, until) / seconds
             if BREAKDOWN:
-                kinds = transactions_by_kind(url, since, until)
+                kinds = server_log.transactions_by_kind(url, since, until)
                 for kind, count in sorted(kinds.items(), key=lambda item: -item[1]):
                     print(f"  {label} {count / seconds:6.2f}/s  {kind}", file=sys.stderr)
             rows = harness.query(
@@ -86,16 +80,13 @@ def main() -> int:
     options = parser.parse_args()
     results = [measure(options.baseline, options.seconds) for _ in range(options.runs)]
     print(f"{NODES} nodes, one every-second job, {options.seconds:g} s, median of {options.runs}")
-    for key in results[0]:
-        values = [result[key] for result in results]
-        each = ", ".join(f"{value:.2f}" for value in values)
-        print(f"  {key:<22} {statistics.median(values):9.2f}   ({each})")
+    server_log.print_medians(results, 22, 2)
     if options.baseline:
         print("ratios, this / baseline (medians)")
         for unit in ("tx/s", "lag p50 ms", "lag p99 ms"):
-            this = statistics.median(r[f"this {unit}"] for r in results)
-            base = statistics.median(r[f"baseline {unit}"] for r in results)
-            print(f"  {unit:<12} {this / base if base else float('nan'):6.3f}")
+            print(
+                f"  {unit:<12} {server_log.ratio(results, f'this {unit}', f'baseline {unit}'):6.3f}"
+            )
     return 0
 
 

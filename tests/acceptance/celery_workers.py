@@ -35,6 +35,18 @@ def unique_queue() -> str:
     return f"cronclaim-test-{uuid.uuid4().hex[:10]}"
 
 
+def celery_env(tmp_path: Path, postgres_url: str, broker: str, **extra: str) -> dict[str, str]:
+    """What a node and a worker of one test share: its database, broker, a queue of its
+    own and the execution log."""
+    return {
+        "SCHEDULER_DATABASE_URL": postgres_url,
+        "CELERY_TEST_BROKER": broker,
+        "CELERY_TEST_QUEUE": unique_queue(),
+        "EXECUTION_LOG": str(tmp_path / "executions.txt"),
+        **extra,
+    }
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

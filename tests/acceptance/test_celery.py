@@ -18,6 +18,7 @@ from tests.acceptance.celery_workers import (
     RABBITMQ_URL,
     REDIS_URL,
     Worker,
+    celery_env,
     start_worker,
     unique_queue,
 )
@@ -37,12 +38,7 @@ def test_each_period_is_sent_once_and_run_once_on_a_worker(
     tmp_path: Path, postgres_url: str, broker: str
 ) -> None:
     evidence = tmp_path / "executions.txt"
-    env = {
-        "SCHEDULER_DATABASE_URL": postgres_url,
-        "CELERY_TEST_BROKER": _broker(broker),
-        "CELERY_TEST_QUEUE": unique_queue(),
-        "EXECUTION_LOG": str(evidence),
-    }
+    env = celery_env(tmp_path, postgres_url, _broker(broker))
     worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     try:
@@ -80,16 +76,6 @@ def test_each_period_is_sent_once_and_run_once_on_a_worker(
     assert {e["run_id"] for e in started} >= {row["id"] for row in rows}
 
 
-def _env(tmp_path: Path, postgres_url: str, broker: str, **extra: str) -> dict[str, str]:
-    return {
-        "SCHEDULER_DATABASE_URL": postgres_url,
-        "CELERY_TEST_BROKER": broker,
-        "CELERY_TEST_QUEUE": unique_queue(),
-        "EXECUTION_LOG": str(tmp_path / "executions.txt"),
-        **extra,
-    }
-
-
 def _wait_row(
     url: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30
 ) -> dict[str, Any]:
@@ -113,7 +99,7 @@ def test_a_worker_killed_mid_run_loses_the_attempt_and_the_period_runs_once_else
     """SIGKILL of a worker (and its pool) inside the function: its lease runs out, a
     node retakes the run as attempt 2 and sends it again; the other worker runs it. On
     RabbitMQ the dead worker's unacknowledged message comes back at once and is refused."""
-    env = _env(
+    env = celery_env(
         tmp_path,
         postgres_url,
         _broker(broker),
@@ -158,7 +144,7 @@ def test_a_message_no_worker_picks_up_is_sent_again_after_its_deadline(
 ) -> None:
     """No worker for 5 s, deadline 2 s: every period is retaken (`queue_expired`) and sent
     again; once a worker comes, the older copies are refused and each period runs once."""
-    env = _env(tmp_path, postgres_url, f"{REDIS_URL}/14", CELERY_TEST_DEADLINE="2s")
+    env = celery_env(tmp_path, postgres_url, f"{REDIS_URL}/14", CELERY_TEST_DEADLINE="2s")
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     worker: Worker | None = None
     try:
@@ -198,7 +184,7 @@ def test_a_redelivery_after_the_visibility_timeout_is_refused_while_the_first_ru
 ) -> None:
     """Redis gives an unacknowledged message to another worker once its visibility
     timeout passes, while the first copy still runs (celery #5935): the fence refuses it."""
-    env = _env(
+    env = celery_env(
         tmp_path,
         postgres_url,
         f"{REDIS_URL}/13",
@@ -237,7 +223,7 @@ def test_a_worker_cut_off_from_the_database_gives_the_run_up(
     worker's outcome never lands."""
     proxy = Proxy(int(postgres_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]))
     proxy.start()
-    env = _env(
+    env = celery_env(
         tmp_path,
         postgres_url,
         f"{REDIS_URL}/12",
@@ -279,7 +265,7 @@ def test_sigterm_lets_the_running_task_finish_and_record_its_outcome(
 ) -> None:
     """Celery's warm shutdown: the worker stops taking messages, the run in progress ends
     and its outcome is written before the worker exits."""
-    env = _env(
+    env = celery_env(
         tmp_path,
         postgres_url,
         RABBITMQ_URL,
@@ -303,7 +289,7 @@ def test_run_once_of_a_celery_job_waits_for_the_workers_outcome(
     tmp_path: Path, postgres_url: str
 ) -> None:
     """`scheduler run-once` sends the period and exits with the outcome the worker wrote."""
-    env = _env(tmp_path, postgres_url, f"{REDIS_URL}/12", CELERY_TEST_SLEEP="1")
+    env = celery_env(tmp_path, postgres_url, f"{REDIS_URL}/12", CELERY_TEST_SLEEP="1")
     worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
     try:
         result = subprocess.run(

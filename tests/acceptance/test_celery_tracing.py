@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.celery_workers import REDIS_URL, start_worker, unique_queue
+from tests.acceptance.celery_workers import REDIS_URL, celery_env, start_worker
 from tests.acceptance.processes import start_node
 from tests.acceptance.records import run_rows
 
@@ -31,14 +31,13 @@ def test_the_workers_span_of_an_attempt_is_the_child_of_the_nodes_send(
     tmp_path: Path, postgres_url: str
 ) -> None:
     spans_file = tmp_path / "spans.jsonl"
-    env = {
-        "SCHEDULER_DATABASE_URL": postgres_url,
-        "CELERY_TEST_BROKER": f"{REDIS_URL}/13",
-        "CELERY_TEST_QUEUE": unique_queue(),
-        "EXECUTION_LOG": str(tmp_path / "executions.txt"),
-        "OTEL_TEST_SPANS": str(spans_file),
-        "SCHEDULER_TRACING": "on",
-    }
+    env = celery_env(
+        tmp_path,
+        postgres_url,
+        f"{REDIS_URL}/13",
+        OTEL_TEST_SPANS=str(spans_file),
+        SCHEDULER_TRACING="on",
+    )
     worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
     node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
     try:

@@ -14,7 +14,6 @@ import sentry_sdk
 import structlog
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from structlog.testing import capture_logs
@@ -56,15 +55,6 @@ def _retry_due(database: Database, jobs: dict[str, Job], observers: list[RunObse
     dispatcher.submit(retaken).result(timeout=10)
     dispatcher.drain(1)
     return retaken
-
-
-@pytest.fixture
-def exporter() -> Iterator[tuple[InMemorySpanExporter, TracerProvider]]:
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    yield spans, provider
-    provider.shutdown()
 
 
 def test_each_attempt_is_a_span_whose_ids_are_on_the_runs_log_lines(

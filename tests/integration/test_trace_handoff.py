@@ -7,15 +7,12 @@ error."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 import structlog
 from celery import Celery
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -32,15 +29,6 @@ from tests.integration.test_run_observers import Raises
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NODE = "node-a"
-
-
-@pytest.fixture
-def exporter() -> Iterator[tuple[InMemorySpanExporter, TracerProvider]]:
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    yield spans, provider
-    provider.shutdown()
 
 
 def _remote_job(app: Celery, queue: str) -> Job:
