@@ -301,11 +301,13 @@ def start_node(
     *,
     counted: bool = True,
     env: dict[str, str] | None = None,
+    tree: Path = REPOSITORY,
 ) -> Node:
-    """Start `scheduler run` (through bench.node when statements are counted)."""
+    """Start `scheduler run` (through bench.node when statements are counted) of `tree`
+    (another checkout, say a baseline, is put first on the import path)."""
     log_path, stats_path = folder / f"{name}.log", folder / f"{name}.statements.json"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
-    environment["PYTHONPATH"] = str(REPOSITORY)
+    environment["PYTHONPATH"] = str(tree)
     environment |= env or {}
     if counted:
         environment["BENCH_STATEMENTS"] = str(stats_path)

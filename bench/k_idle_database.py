@@ -43,7 +43,9 @@ def measure(baseline: Path | None, seconds: float) -> dict[str, float]:
                 if label != "this":
                     harness.migrate_with(tree, url)
                 server_log.log_statements(url)
-                node = server_log.start_node(tree, folder, f"{label}-{size}", url, module)
+                node = harness.start_node(
+                    folder, f"{label}-{size}", url, module, counted=False, tree=tree
+                )
                 stack.callback(node.stop)
                 started.append((label, size, url, node))
         for *_, node in started:

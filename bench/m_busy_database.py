@@ -39,7 +39,7 @@ def measure(baseline: Path | None, seconds: float) -> dict[str, float]:
                 harness.migrate_with(tree, url)
             server_log.log_statements(url)
             nodes = [
-                server_log.start_node(tree, folder, f"{label}-{i}", url, module)
+                harness.start_node(folder, f"{label}-{i}", url, module, counted=False, tree=tree)
                 for i in range(NODES)
             ]
             for node in nodes:

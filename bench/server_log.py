@@ -1,5 +1,5 @@
-"""What a bench database's server logged, and nodes of any tree on it, for the benches
-that count a node's transactions (k, m) against a baseline tree.
+"""What a bench database's server logged, for the benches that count a node's
+transactions (k, m) against a baseline tree.
 
 `log_statements` turns on `log_statement = 'all'` for one bench database; a
 transaction is then a COMMIT or ROLLBACK, or a statement outside BEGIN, counted from the
@@ -13,9 +13,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -92,34 +89,6 @@ def clock() -> str:
         ).fetchone()
     assert row is not None
     return str(row[0])
-
-
-def start_node(tree: Path, folder: Path, name: str, url: str, jobs: str) -> harness.Node:
-    log_path = folder / f"{name}.log"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
-    environment["PYTHONPATH"] = f"{tree}{os.pathsep}{folder}"
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scheduler",
-                "run",
-                "--database-url",
-                url,
-                "--jobs",
-                jobs,
-                "--log-format",
-                "json",
-                "--node-name",
-                name,
-            ],
-            cwd=tree,
-            env=environment,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return harness.Node(name, process, log_path, folder / f"{name}.none", time.time())
 
 
 def print_medians(results: Sequence[dict[str, float]], width: int, digits: int) -> None:
