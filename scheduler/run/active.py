@@ -9,6 +9,7 @@ ABANDONED: given back (the node drains, or it never started).
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,3 +41,6 @@ class ActiveRun:
     phase: Phase = Phase.WAITING
     lost: bool = False
     child: BaseProcess | None = None
+    # This process's monotonic clock when the run was taken in here, after the write
+    # that gave the lease had committed: a renewal sent since must find its row.
+    known_from: float = field(default_factory=time.monotonic)

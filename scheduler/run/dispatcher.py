@@ -365,14 +365,19 @@ class Dispatcher:
     def renewed(self, held: Sequence[Held], sent: float) -> None:
         """A renewal sent at `sent` found these rows in this node's name: push their
         deadlines forward, give up the runs it did not find, and settle the rows this
-        node did not know it held (a claim or start whose reply was lost)."""
+        node did not know it held (a claim or start whose reply was lost).
+
+        A run counts as not found only if it was taken in here before the renewal was
+        sent: the write that gave its lease may have been sent earlier but committed
+        after the renewal's snapshot (a takeover waiting for the job's lock), and its
+        row is then rightly missing from the answer."""
         found = {row.key: row for row in held}
         lost: list[RunKey] = []
         with self._lock:
             for key, active in self._active.items():
                 if key in found:
                     self._extend(active, sent)
-                elif active.claim.lease_from < sent and active.phase in (
+                elif active.known_from < sent and active.phase in (
                     Phase.WAITING,
                     Phase.RUNNING,
                 ):

@@ -1,4 +1,5 @@
-"""The dispatcher on a real database: a node that retakes a run it still holds in memory."""
+"""The dispatcher on a real database: a node that retakes a run it still holds in memory,
+and a renewal that crosses a takeover."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import update
+from sqlalchemy import Connection, create_engine, text, update
 
-from scheduler.model import Due
+from scheduler.model import Claim, Due, lock_key
 from scheduler.registry import job
 from scheduler.run.context import RunContext
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
-from scheduler.store import claims, queries, takeover
-from scheduler.store.database import Database
+from scheduler.store import claims, queries, renewals, takeover, writes
+from scheduler.store.database import Database, open_database
 from scheduler.store.schema import runs as runs_table
 from tests.waiting import wait_until
 
@@ -105,3 +106,70 @@ def test_runs_are_marked_running_only_as_workers_free_up(database: Database) -> 
         started.append(row["started_at"])
     # Three rounds of two: the last runs started about 0.6 s after the first.
     assert (max(started) - min(started)).total_seconds() >= 0.5
+
+
+def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_url: str) -> None:
+    """The heartbeat's renewal is sent while this node's takeover of a dead node's run
+    waits for the job's lock: the renewal's snapshot cannot show the new attempt. The
+    takeover then commits and the run is submitted; the renewal's answer, which comes
+    after, must not be read as 'the lease is gone' (the run would be given up as lost
+    the moment it started, and with no retries left the period would end failed)."""
+    database = open_database(postgres_url)
+    calls: list[int] = []
+
+    @job(cron="* * * * *", name="sync", lease="30s")
+    def sync(ctx: RunContext) -> None:
+        calls.append(ctx.attempt)
+        time.sleep(0.5)
+        ctx.checkpoint({"done": True})  # fenced: raises if the run was given up here
+
+    dispatcher = Dispatcher(database, {"sync": sync}, NODE, 4, structlog.get_logger())
+    try:
+        (dead,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-dead").won
+        writes.start(database, dead)
+        with database.transaction() as connection:
+            connection.execute(
+                update(runs_table)
+                .where(runs_table.c.id == dead.id)
+                .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
+            )
+        (stale,) = takeover.find_stale(database, ["sync"], 10)
+        blocker = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
+        taken: list[Claim | None] = []
+        with blocker.connect() as holding:
+            holding.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key("sync")})
+            retaking = threading.Thread(
+                target=lambda: taken.append(takeover.retake(database, stale, NODE))
+            )
+            retaking.start()
+            wait_until(lambda: _waits_for_advisory_lock(holding), timeout=10)
+            sent = time.monotonic()  # the heartbeat sends its renewal now
+            held = renewals.renew_leases(database, NODE)
+            holding.rollback()  # the lock goes; the takeover commits
+        retaking.join(10)
+        (claim,) = taken
+        assert claim is not None
+        assert claim.lease_from < sent
+        assert held == []
+        done = dispatcher.submit(claim)
+        dispatcher.renewed(held, sent)  # the renewal's answer comes in
+        done.result(timeout=10)
+        row = queries.run_mapping(database, "sync", PERIOD)
+        assert row is not None
+        assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
+        assert calls == [2]
+        blocker.dispose()
+    finally:
+        dispatcher.drain(1)
+        database.dispose()
+
+
+def _waits_for_advisory_lock(connection: Connection) -> bool:
+    waiting = connection.execute(
+        text(
+            "SELECT count(*) FROM pg_locks"
+            " WHERE locktype = 'advisory' AND NOT granted AND database = ("
+            "   SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+    ).scalar()
+    return bool(waiting)
