@@ -137,8 +137,10 @@ class Dispatcher:
         if self._stopping.is_set():
             return [False] * len(batch)
         sent = time.monotonic()
-        here = [active for active in batch if self._remote(active) is None]
-        away = [active for active in batch if self._remote(active) is not None]
+        with self._lock:  # a run given up while it waited is not started (see below)
+            live = [active for active in batch if not active.lost]
+        here = [active for active in live if self._remote(active) is None]
+        away = [active for active in live if self._remote(active) is not None]
         results: dict[RunKey, Started] = {}
         try:
             if here:
@@ -248,6 +250,14 @@ class Dispatcher:
         """
         claim, context = active.claim, active.context
         while True:
+            with self._lock:
+                lost = active.lost
+            if lost:
+                # Its lease was given up while it waited (see `lose`): it must not start
+                # here. If the row is still this attempt's, give it back so that any
+                # node may take it at once (fenced: a no-op once somebody else holds it).
+                self._give_back_unstarted(active, Reason.LEASE_EXPIRED)
+                return Started.LOST
             if self._stopping.is_set():
                 # A run that has not started does not start once the node is draining.
                 self._give_back_unstarted(active)
@@ -476,16 +486,16 @@ class Dispatcher:
         self._close()
         return len(given_back) + sum(1 for active in unlaunched if active.phase is Phase.ABANDONED)
 
-    def _give_back_unstarted(self, active: ActiveRun) -> None:
+    def _give_back_unstarted(self, active: ActiveRun, reason: Reason = Reason.SHUTDOWN) -> None:
         """Give back a run that never started here: it may be retried at once, and no
         attempt is counted against it. Fenced on `claimed`, so that a start that landed
         meanwhile keeps the run (its worker runs it). The caller ends the run here."""
-        abandon = outcomes.abandon(active.claim, 0.0, waiting_only=True)
+        abandon = outcomes.abandon(active.claim, 0.0, waiting_only=True, reason=reason)
         if self._persist(active, partial(self._writer.finish_now, abandon), False):
             with self._lock:
                 active.phase = Phase.ABANDONED
             active.context.cancelled.set()
-            active.context.log.info("run_given_back", reason=Reason.SHUTDOWN.value)
+            active.context.log.info("run_given_back", reason=reason.value)
 
     def _give_back(self, active: ActiveRun) -> bool:
         """Give back a run whose function still ran when the grace ended."""

@@ -41,13 +41,15 @@ def finish(claim: Claim, policy: Policy, outcome: Outcome, duration_ms: int) -> 
     )
 
 
-def abandon(claim: Claim, retry_in: float, *, waiting_only: bool = False) -> Finish:
-    """The row for a run given back at shutdown."""
+def abandon(
+    claim: Claim, retry_in: float, *, waiting_only: bool = False, reason: Reason = Reason.SHUTDOWN
+) -> Finish:
+    """The row for a run given back (at shutdown, or unstarted once its lease was given up)."""
     return Finish(
         claim,
         RunStatus.ABANDONED,
         None,
-        reason=Reason.SHUTDOWN,
+        reason=reason,
         retry_in=retry_in,
         waiting_only=waiting_only,
     )

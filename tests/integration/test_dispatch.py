@@ -14,7 +14,7 @@ from scheduler.model import Claim, Due, lock_key
 from scheduler.registry import job
 from scheduler.run.context import RunContext
 from scheduler.run.dispatcher import Dispatcher
-from scheduler.states import RunStatus
+from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database, open_database
 from scheduler.store.schema import runs as runs_table
@@ -173,3 +173,46 @@ def _waits_for_advisory_lock(connection: Connection) -> bool:
         )
     ).scalar()
     return bool(waiting)
+
+
+def test_a_run_lost_while_it_waits_for_a_worker_is_not_started(database: Database) -> None:
+    """A claim waits for a free worker and its lease is given up meanwhile (its holder's
+    deadline passed, or a renewal did not find it). It must not start when a worker
+    frees up: its function would run with its items and checkpoints refused, and its
+    outcome would be the period's. It is given back unstarted (no attempt counted), for
+    any node's recovery to take at once."""
+    release = threading.Event()
+    calls: list[datetime] = []
+
+    @job(cron="* * * * *", name="sync", lease="30s")
+    def sync(ctx: RunContext) -> None:
+        calls.append(ctx.period)
+        if ctx.period == PERIOD:
+            release.wait(10)
+
+    dispatcher = Dispatcher(database, {"sync": sync}, NODE, 1, structlog.get_logger())
+    later = PERIOD + timedelta(minutes=1)
+    try:
+        first, second = claims.claim(
+            database, [Due("sync", PERIOD, 30), Due("sync", later, 30)], NODE
+        ).won
+        first_done = dispatcher.submit(first)
+        wait_until(lambda: calls == [PERIOD])
+        second_done = dispatcher.submit(second)
+        dispatcher.lose(second.key)
+        release.set()
+        first_done.result(timeout=10)
+        second_done.result(timeout=10)
+        assert calls == [PERIOD]
+        row = queries.run_mapping(database, "sync", later)
+        assert row is not None
+        assert (row["status"], row["reason"], row["started_at"]) == (
+            RunStatus.ABANDONED,
+            Reason.LEASE_EXPIRED,
+            None,
+        )
+        (stale,) = takeover.find_stale(database, ["sync"], 10)
+        assert (stale.period, stale.started_attempts) == (later, 0)
+    finally:
+        release.set()
+        dispatcher.drain(1)
