@@ -302,16 +302,22 @@ def start_node(
     counted: bool = True,
     env: dict[str, str] | None = None,
     tree: Path = REPOSITORY,
+    python: str | None = None,
 ) -> Node:
     """Start `scheduler run` (through bench.node when statements are counted) of `tree`
-    (another checkout, say a baseline, is put first on the import path)."""
+    (another checkout, say a baseline, is put first on the import path); `python`, an
+    interpreter to run it with instead (a virtualenv with only the package installed,
+    to measure what users run; not with `counted`)."""
     log_path, stats_path = folder / f"{name}.log", folder / f"{name}.statements.json"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
     environment["PYTHONPATH"] = str(tree)
     environment |= env or {}
     if counted:
         environment["BENCH_STATEMENTS"] = str(stats_path)
-    program = [sys.executable, "-m", "bench.node"] if counted else [SCHEDULER]
+    if counted:
+        program = [sys.executable, "-m", "bench.node"]
+    else:
+        program = [python, "-m", "scheduler"] if python else [SCHEDULER]
     arguments = [
         "run",
         "--database-url",
