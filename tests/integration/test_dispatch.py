@@ -124,6 +124,7 @@ def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_ur
         ctx.checkpoint({"done": True})  # fenced: raises if the run was given up here
 
     dispatcher = Dispatcher(database, {"sync": sync}, NODE, 4, structlog.get_logger())
+    blocker = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
     try:
         (dead,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-dead").won
         writes.start(database, dead)
@@ -134,7 +135,6 @@ def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_ur
                 .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
             )
         (stale,) = takeover.find_stale(database, ["sync"], 10)
-        blocker = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
         taken: list[Claim | None] = []
         with blocker.connect() as holding:
             holding.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key("sync")})
@@ -158,9 +158,9 @@ def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_ur
         assert row is not None
         assert (row["status"], row["attempt"]) == (RunStatus.SUCCEEDED, 2)
         assert calls == [2]
-        blocker.dispose()
     finally:
         dispatcher.drain(1)
+        blocker.dispose()
         database.dispose()
 
 
