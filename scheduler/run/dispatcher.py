@@ -278,7 +278,11 @@ class Dispatcher:
             if self._give_way(claim):
                 return Started.WAIT
             if context.cancelled.wait(QUEUE_POLL_S):
-                return Started.LOST
+                with self._lock:
+                    lost = active.lost
+                if not lost:
+                    return Started.LOST
+                # Lost while it polled: the top of the loop gives it back unstarted.
 
     def _give_way(self, claim: Claim) -> bool:
         """Swap a waiting claim for an earlier period of the same job waiting on this node."""

@@ -2,9 +2,10 @@
 
 The primary key (job, period) decides who owns a period: a row comes back only for the
 periods nobody held, so losing is silent. The same statement records a period as
-`skipped` when its job is paused or occupied (see `store.fence`); each period is judged
-against the runs outside its own batch, so a backlog claimed together is not skipped
-because of its own neighbours. Periods ahead of the database clock are not claimed.
+`skipped` when its job is paused or occupied by an earlier period (see `store.fence`);
+each period is judged against the runs outside its own batch, so a backlog claimed
+together is not skipped because of its own neighbours. Periods ahead of the database
+clock are not claimed.
 
 Two forms of the insert: with `Database.arrays` the periods travel as one array a
 column and the statement is parsed and planned once whatever the batch size; otherwise
@@ -174,7 +175,7 @@ def _insert_claims(
             .select_from(_other)
             .where(
                 _other.c.job == bindparam("job"),
-                _other.c.period != bindparam("period"),
+                _other.c.period < bindparam("period"),
                 _other.c.id.not_in(batch),
                 occupying(_other, now),
             )
@@ -266,7 +267,7 @@ _CLAIM_POSTGRES = text(
                          WHERE job.name = due.job AND job.paused) THEN 'paused'
             WHEN due.overlap_limit IS NOT NULL
                  AND (SELECT count(*) FROM {runs.name} AS other
-                      WHERE other.job = due.job AND other.period <> due.period
+                      WHERE other.job = due.job AND other.period < due.period
                         AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {OCCUPYING_SQL}
                      ) >= due.overlap_limit THEN 'overlap'
         END AS reason

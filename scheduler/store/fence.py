@@ -34,8 +34,11 @@ ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 # ended when its node was found gone) costs the job's later periods nothing, nor does
 # the scheduler's own late work (a catch-up, a retry or a takeover of a scheduled
 # period): those periods wait behind it instead, one at a time, and since an on-time
-# period waiting so occupies the job, no more pile up than the policy allows. `other`
-# is the occupying run's alias.
+# period waiting so occupies the job, no more pile up than the policy allows. Only an
+# earlier period occupies a period (the claim statements compare the periods): P fell
+# due before P+1 existed, so a P claimed late as a peer's leftover, after P+1, runs
+# (oldest first) instead of being skipped behind P+1. `other` is the occupying run's
+# alias.
 OCCUPYING_SQL = (
     f"(other.status IN ({ACTIVE_SQL}, 'timed_out')"
     " AND other.lease_expires_at > statement_timestamp()"

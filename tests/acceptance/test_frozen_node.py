@@ -163,3 +163,85 @@ def test_a_node_frozen_inside_its_claim_does_not_stall_the_cluster(
     assert len(overlap) <= 2, f"periods behind the frozen node were skipped: {skipped}"
     unrun = [row["period"] for row in window if row["period"].isoformat() not in ran]
     assert len(unrun) <= 2, f"periods of the freeze never ran: {unrun}"
+
+
+def _database_now(admin: psycopg.Connection[tuple[object, ...]]) -> datetime:
+    (now,) = admin.execute("SELECT clock_timestamp()").fetchone() or (None,)
+    assert isinstance(now, datetime)
+    return now
+
+
+def test_a_leftover_claimed_after_the_next_period_is_not_skipped(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The node that owns a job's share hangs (SIGSTOP) while its peer still counts it
+    alive, so period P is claimed by the peer as a leftover, a second late. Meanwhile a
+    node whose view differs (here: a session standing in for it, holding the job's lock
+    so that the order is certain) claims P+1 on time. P fell due before P+1 existed: it
+    must run, not be recorded as skipped for overlap behind P+1."""
+    database = postgres_url.rsplit("/", 1)[1]
+    log = tmp_path / "executions.txt"
+    first = start_node(tmp_path, "first", postgres_url, "ticker", EXECUTION_LOG=str(log))
+    first.wait_for(lambda event: event.get("event") == "node_started")
+    second = start_node(tmp_path, "second", postgres_url, "ticker", EXECUTION_LOG=str(log))
+    nodes = {"first": first, "second": second}
+    try:
+        second.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(3)  # both have had a heartbeat: each counts the other in
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            ids = dict(
+                admin.execute(
+                    "SELECT name, id FROM scheduler_nodes WHERE stopped_at IS NULL"
+                ).fetchall()
+            )
+            ring = sorted(str(node_id) for node_id in ids.values())
+            owner_id = ring[job_lock_key("tick") % len(ring)]
+            owner_name = next(name for name, node_id in ids.items() if node_id == owner_id)
+            owner = nodes[str(owner_name)]
+            # Freeze the owner between two runs, so that no run of its own is left open.
+            done = len([e for e in owner.events() if e.get("event") == "run_succeeded"])
+            owner.wait_for(
+                lambda _: (
+                    len([e for e in owner.events() if e.get("event") == "run_succeeded"]) > done
+                )
+            )
+            owner.signal(signal.SIGSTOP)
+            now = _database_now(admin)
+            period = now.astimezone(UTC).replace(microsecond=0) + timedelta(seconds=3)
+            with psycopg.connect(postgres_url) as locker:
+                while _database_now(admin) < period + timedelta(seconds=0.4):
+                    time.sleep(0.02)
+                locker.execute("SELECT pg_advisory_xact_lock(%s)", (job_lock_key("tick"),))
+                deadline = time.monotonic() + 5
+                while "advisory" not in _waiting_backends(admin, database):
+                    assert time.monotonic() < deadline, "the peer never claimed the leftover"
+                    time.sleep(0.02)
+                # P+1, claimed on time by a node that did not know P was left over.
+                locker.execute(
+                    """
+                    INSERT INTO scheduler_runs (id, job, period, status, origin, attempt,
+                        started_attempts, holder, lease_seconds, lease_expires_at, claimed_at)
+                    VALUES (md5(random()::text), 'tick', %s, 'claimed', 'schedule', 1, 0, %s,
+                            3, clock_timestamp() + interval '3 seconds', %s)
+                    """,
+                    (period + timedelta(seconds=1), owner_id, period + timedelta(seconds=1)),
+                )
+            deadline = time.monotonic() + 15
+            while True:
+                (status,) = admin.execute(
+                    "SELECT status FROM scheduler_runs WHERE job = 'tick' AND period = %s",
+                    (period,),
+                ).fetchone() or (None,)
+                if status not in (None, "claimed", "running") or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        owner.signal(signal.SIGCONT)
+    finally:
+        for node in nodes.values():
+            node.process.send_signal(signal.SIGCONT)
+            assert node.stop() == 0
+    assert status == RunStatus.SUCCEEDED, f"period {period} ended {status}, not succeeded"
+    assert executions(log)[period.isoformat()] == 1
+    assert [period for period, count in executions(log).items() if count > 1] == []
+    skipped = [row for row in run_rows(postgres_url, "tick") if row["status"] == "skipped"]
+    assert [(row["period"], row["reason"]) for row in skipped] == []

@@ -131,3 +131,40 @@ def test_a_period_ahead_of_the_database_clock_is_not_claimed(database: Database)
     assert [claim.period for claim in result.won] == [PERIOD]
     assert [item.period for item in result.early] == [ahead]
     assert queries.run_mapping(database, "sync", ahead) is None
+
+
+def test_a_period_claimed_after_a_later_one_is_not_skipped_for_it(database: Database) -> None:
+    """Peers whose views of who is alive differ for a second (a node joins, one hangs)
+    can leave period P unclaimed on time while P+1 is claimed on time; P is then claimed
+    as a leftover, after P+1. P fell due before P+1 existed: a later period does not
+    occupy it. It is claimed, and runs before P+1 (oldest first)."""
+    (later,) = claims.claim(
+        database, [Due("sync", PERIOD + timedelta(seconds=1), 30)], "node-a"
+    ).won
+    result = claims.claim(database, [Due("sync", PERIOD, 30)], "node-b")
+    assert result.skipped == [], "the earlier period was skipped behind a later one"
+    (earlier,) = result.won
+    assert writes.start(database, later, in_turn=True) is Started.WAIT
+    assert writes.start(database, earlier, in_turn=True) is Started.STARTED
+    assert writes.start(database, later, in_turn=True) is Started.WAIT
+    writes.finish(database, earlier, RunStatus.SUCCEEDED, 1)
+    assert writes.start(database, later, in_turn=True) is Started.STARTED
+
+
+def test_a_period_claimed_while_a_later_one_runs_waits_for_it(database: Database) -> None:
+    """The leftover P claimed while P+1 already runs: still not skipped, and it waits
+    until P+1 is done, so the job never runs twice at once."""
+    (later,) = claims.claim(
+        database, [Due("sync", PERIOD + timedelta(seconds=1), 30)], "node-a"
+    ).won
+    assert writes.start(database, later, in_turn=True) is Started.STARTED
+    result = claims.claim(database, [Due("sync", PERIOD, 30)], "node-b")
+    assert result.skipped == [], "the earlier period was skipped behind a later one"
+    (earlier,) = result.won
+    assert writes.start(database, earlier, in_turn=True) is Started.WAIT
+    writes.finish(database, later, RunStatus.SUCCEEDED, 1)
+    assert writes.start(database, earlier, in_turn=True) is Started.STARTED
+    # And the period after both is skipped while P runs, as any period due meanwhile.
+    after = claims.claim(database, [Due("sync", PERIOD + timedelta(seconds=2), 30)], "node-a")
+    assert after.won == []
+    assert len(after.skipped) == 1

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy import Connection, create_engine, text, update
 
-from scheduler.model import Claim, Due, lock_key
+from scheduler.model import Claim, Due, Started, lock_key
 from scheduler.registry import job
 from scheduler.run.context import RunContext
 from scheduler.run.dispatcher import Dispatcher
@@ -173,6 +173,39 @@ def _waits_for_advisory_lock(connection: Connection) -> bool:
         )
     ).scalar()
     return bool(waiting)
+
+
+def test_a_run_lost_while_it_waits_its_turn_is_given_back(database: Database) -> None:
+    """A claim has a worker but waits its turn behind the job's earlier period, which
+    runs on another node, polling; its lease is given up meanwhile. It is given back
+    unstarted at once, as one lost while it waited for a worker is, not left for its
+    lease to run out."""
+    calls: list[datetime] = []
+
+    @job(cron="* * * * *", name="sync", lease="30s")
+    def sync(ctx: RunContext) -> None:
+        calls.append(ctx.period)
+
+    dispatcher = Dispatcher(database, {"sync": sync}, NODE, 2, structlog.get_logger())
+    later = PERIOD + timedelta(minutes=1)
+    try:
+        (mine,) = claims.claim(database, [Due("sync", later, 30)], NODE).won
+        (elsewhere,) = claims.claim(database, [Due("sync", PERIOD, 30)], "other-node").won
+        assert writes.start(database, elsewhere, in_turn=True) is Started.STARTED
+        done = dispatcher.submit(mine)
+        time.sleep(0.6)  # its start was refused (not its turn): it polls now
+        dispatcher.lose(mine.key)
+        done.result(timeout=10)
+        row = queries.run_mapping(database, "sync", later)
+        assert row is not None
+        assert (row["status"], row["reason"], row["started_at"]) == (
+            RunStatus.ABANDONED,
+            Reason.LEASE_EXPIRED,
+            None,
+        )
+        assert calls == []
+    finally:
+        dispatcher.drain(1)
 
 
 def test_a_run_lost_while_it_waits_for_a_worker_is_not_started(database: Database) -> None:
