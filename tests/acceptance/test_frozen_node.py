@@ -189,15 +189,13 @@ def test_a_leftover_claimed_after_the_next_period_is_not_skipped(
         second.wait_for(lambda event: event.get("event") == "node_started")
         time.sleep(3)  # both have had a heartbeat: each counts the other in
         with psycopg.connect(postgres_url, autocommit=True) as admin:
-            ids = dict(
-                admin.execute(
-                    "SELECT name, id FROM scheduler_nodes WHERE stopped_at IS NULL"
-                ).fetchall()
-            )
-            ring = sorted(str(node_id) for node_id in ids.values())
+            rows = admin.execute(
+                "SELECT name, id FROM scheduler_nodes WHERE stopped_at IS NULL"
+            ).fetchall()
+            ids: dict[str, str] = {str(name): str(node_id) for name, node_id in rows}
+            ring = sorted(ids.values())
             owner_id = ring[job_lock_key("tick") % len(ring)]
-            owner_name = next(name for name, node_id in ids.items() if node_id == owner_id)
-            owner = nodes[str(owner_name)]
+            owner = nodes[next(name for name, node_id in ids.items() if node_id == owner_id)]
             # Freeze the owner between two runs, so that no run of its own is left open.
             done = len([e for e in owner.events() if e.get("event") == "run_succeeded"])
             owner.wait_for(
