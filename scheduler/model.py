@@ -59,6 +59,8 @@ class Due:
 
     `overlap_limit` is how many other runs may occupy the job before this period is
     recorded as skipped (1 for `skip`, 2 for `queue`); None allows any (`allow`).
+    `start`: a worker is set aside for it, so the claim may mark it running at once if
+    it is its job's turn (PostgreSQL; elsewhere it is claimed and started after).
     """
 
     job: str
@@ -66,6 +68,7 @@ class Due:
     lease_seconds: float
     overlap_limit: int | None = 1
     origin: Origin = Origin.SCHEDULE
+    start: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ class ClaimResult:
     reasons: dict[str, Reason] = field(default_factory=dict)
     # Periods not claimed because the database clock has not reached them yet.
     early: list[Due] = field(default_factory=list)
+    # Ids of the won runs that the claim marked running (`Due.start`).
+    started: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

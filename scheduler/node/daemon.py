@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import structlog
@@ -345,6 +345,7 @@ class Daemon:
         # compete with, and so delay, the claiming of the rest when thousands are due at
         # once. Chunks committed before a fault are dispatched all the same.
         committed: list[ClaimResult] = []
+        due, slots = self._set_workers_aside(due)
         try:
             result = claims.claim(
                 self._database, due, self._node.id, committed=committed.append, adopt=retried
@@ -356,7 +357,8 @@ class Daemon:
             return [item for item in due if now - item.period < LATE_LIMIT]
         finally:
             for part in committed:
-                self._dispatch(part)
+                slots -= self._dispatch(part, slots)
+            self.dispatcher.unreserve(slots)
         if result.early:
             self._early(result.early)
         metrics.record_claims(len(due) - len(result.early), result.won, result.skipped)
@@ -391,8 +393,26 @@ class Daemon:
                 offset_s=round(self._clock.offset.total_seconds(), 3),
             )
 
-    def _dispatch(self, result: ClaimResult) -> None:
-        """One committed chunk of a claim: log it and start its runs."""
+    def _set_workers_aside(self, due: list[Due]) -> tuple[list[Due], int]:
+        """Where the claim can start what it claims (PostgreSQL), set an idle worker
+        aside for the earliest period of each due job, and ask the claim to start it:
+        the function is then called one transaction sooner. How many were set aside."""
+        # Periods kept from an earlier try were asked to start then, not now.
+        due = [replace(item, start=False) if item.start else item for item in due]
+        if not self._database.arrays:
+            return due, 0
+        earliest: dict[str, Due] = {}
+        for item in due:
+            if item.job not in earliest or item.period < earliest[item.job].period:
+                earliest[item.job] = item
+        chosen = self.dispatcher.reserve(list(earliest))
+        starting = {id(earliest[name]) for name in chosen}
+        asked = [replace(item, start=True) if id(item) in starting else item for item in due]
+        return asked, len(chosen)
+
+    def _dispatch(self, result: ClaimResult, slots: int = 0) -> int:
+        """One committed chunk of a claim: log it and start its runs. Runs that the
+        claim started go to the `slots` workers set aside for them; how many were used."""
         for claim in result.won:
             self._log.info(
                 "run_claimed",
@@ -409,8 +429,16 @@ class Daemon:
                 run_id=claim.id,
                 reason=result.reasons[claim.id].value,
             )
+        used = 0
         for claim in result.won:
-            self.dispatcher.submit(claim)
+            if claim.id in result.started and used < slots:
+                if self.dispatcher.submit_started(claim):
+                    used += 1
+            else:
+                # Without a worker set aside (an adopted start), it starts the slow way:
+                # its start write finds it running under its own fence and keeps it so.
+                self.dispatcher.submit(claim)
+        return used
 
     def _shutdown(self) -> int:
         self._stop.set()

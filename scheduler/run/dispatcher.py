@@ -127,6 +127,47 @@ class Dispatcher:
                 self._launch(active)
         return active.future
 
+    def reserve(self, jobs: Sequence[str]) -> list[str]:
+        """Of these jobs (due now, at most one period each), those whose next period a
+        worker is set aside for, so that its claim may mark it running at once: local
+        jobs with nothing of theirs in hand here, while workers are idle and no run
+        waits for one. Each slot goes to the run its claim started (`submit_started`) or
+        back with `unreserve`."""
+        if self._stopping.is_set():
+            return []
+        with self._lock:
+            free = [
+                name for name in jobs if self._jobs[name].remote is None and name not in self._busy
+            ]
+        taken = self._starter.take(len(free))
+        return free[:taken]
+
+    def unreserve(self, count: int) -> None:
+        """Give back workers set aside by `reserve` that no started claim used."""
+        for _ in range(count):
+            self._starter.release()
+
+    def submit_started(self, claim: Claim) -> bool:
+        """Run a claim that its claim statement already marked running, on a worker set
+        aside by `reserve`. False when this node has the run in hand already (its slot
+        is then the caller's to give back)."""
+        log = self._log.bind(
+            job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
+        )
+        context = run_context(claim, node=self._node_id, database=self._database, log=log)
+        in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
+        active = ActiveRun(claim, context, in_turn)
+        with self._lock:
+            if claim.key in self._active:
+                return False
+            self._active[claim.key] = active
+            self._leases.watch(claim.key, valid_until(claim.lease_from, claim.lease_seconds))
+            if in_turn:
+                self._busy.add(claim.job)
+            active.launched = True
+        self._hand(active, True)
+        return True
+
     def _launch(self, active: ActiveRun) -> None:
         active.launched = True
         self._starter.add(active)

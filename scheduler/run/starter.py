@@ -6,7 +6,8 @@ would be its worker count divided by that round trip: in a burst the last runs o
 second would start late by a good part of it (bench c). Here one thread starts as many
 waiting runs as there are idle workers, in one statement, and hands each started run to
 a worker. It never starts more runs than there are idle workers, so `started_at` stays
-the moment the function is called.
+the moment the function is called. A worker may also be set aside (`take`) for a run
+that its claim starts: the daemon's on-time claims on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ class Starter(Worker, Generic[Item]):
         with self._changed:
             self._waiting.append(item)
             self._changed.notify()
+
+    def take(self, wanted: int) -> int:
+        """Set aside up to `wanted` idle workers for runs that their claim starts, when
+        no run waits for one (those come first); how many were set aside. Each is given
+        back by `release`, or by the run it was given to."""
+        with self._changed:
+            if self._closed or self._waiting:
+                return 0
+            taken = min(wanted, self._idle)
+            self._idle -= taken
+            return taken
 
     def release(self) -> None:
         """A worker is free again."""

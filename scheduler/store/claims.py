@@ -20,6 +20,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -72,6 +73,11 @@ def claim(
     one period at a time. A period ahead of the database clock (beyond
     FUTURE_TOLERANCE) is not claimed but returned in `early`.
 
+    A period with `start` (its node set a worker aside for it) is marked running by the
+    claim itself when it is its job's turn, and its id returned in `started`: one
+    transaction and one round trip less between the period and the call of its
+    function (PostgreSQL; SQLite claims it, and the node starts it after).
+
     `adopt`, for a claim tried again after a fault: periods this holder already claimed
     (the commit landed but its reply was lost) are returned as won, not as lost.
     """
@@ -117,6 +123,7 @@ def claim(
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)
         result.early.extend(part.early)
+        result.started.update(part.started)
         if committed is not None:
             committed(part)
     return result
@@ -227,7 +234,8 @@ def _insert_claims(
 def _collect(
     candidates: dict[str, Due], rows: Iterable[Any], holder: str, sent: float, result: ClaimResult
 ) -> None:
-    """Sort the rows an insert returned (id, status, reason) into won and skipped."""
+    """Sort the rows an insert returned (id, status, reason) into won, started and
+    skipped."""
     for run_id, status, reason in rows:
         item = candidates[run_id]
         claimed = Claim(
@@ -238,6 +246,8 @@ def _collect(
             result.reasons[run_id] = Reason(reason)
         else:
             result.won.append(claimed)
+            if status == RunStatus.RUNNING:
+                result.started.add(run_id)
 
 
 # PostgreSQL: the periods travel as one array per column and the statement text is the
@@ -250,17 +260,22 @@ _CLAIM_POSTGRES = text(
     f"""
     INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt,
                              started_attempts, holder, lease_seconds, lease_expires_at,
-                             claimed_at, finished_at)
+                             claimed_at, started_at, finished_at)
     SELECT due.id, due.job, due.period,
-           CASE WHEN verdict.reason IS NULL THEN 'claimed' ELSE 'skipped' END,
-           verdict.reason, due.origin, 1, 0, :holder, due.lease_seconds,
+           CASE WHEN verdict.reason IS NOT NULL THEN 'skipped'
+                WHEN verdict.start THEN 'running' ELSE 'claimed' END,
+           verdict.reason, due.origin, 1,
+           CASE WHEN verdict.reason IS NULL AND verdict.start THEN 1 ELSE 0 END,
+           :holder, due.lease_seconds,
            CASE WHEN verdict.reason IS NULL
                 THEN clock_timestamp() + make_interval(secs => due.lease_seconds) END,
            statement_timestamp(),
+           CASE WHEN verdict.reason IS NULL AND verdict.start THEN statement_timestamp() END,
            CASE WHEN verdict.reason IS NOT NULL THEN statement_timestamp() END
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
-                CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]))
-         AS due(id, job, period, origin, lease_seconds, overlap_limit)
+                CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]),
+                CAST(:starts AS BOOLEAN[]))
+         AS due(id, job, period, origin, lease_seconds, overlap_limit, start)
     CROSS JOIN LATERAL (
         SELECT CASE
             WHEN EXISTS (SELECT FROM {jobs.name} AS job
@@ -270,7 +285,16 @@ _CLAIM_POSTGRES = text(
                       WHERE other.job = due.job AND other.period < due.period
                         AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {OCCUPYING_SQL}
                      ) >= due.overlap_limit THEN 'overlap'
-        END AS reason
+        END AS reason,
+        -- Started by the claim (a worker waits for it) only in its job's turn, by the
+        -- rule of a start (`store.writes`): no other period of the job queued, running
+        -- or timed out, nor an earlier one claimed, under a live lease.
+        due.start AND (due.overlap_limit IS NULL OR NOT EXISTS (
+            SELECT FROM {runs.name} AS other
+            WHERE other.job = due.job
+              AND other.lease_expires_at > statement_timestamp()
+              AND (other.status IN ('queued', 'running', 'timed_out')
+                   OR (other.status = 'claimed' AND other.period < due.period)))) AS start
     ) AS verdict
     WHERE due.period <= statement_timestamp() + make_interval(secs => :tolerance)
     ON CONFLICT (job, period) DO NOTHING
@@ -291,6 +315,12 @@ def _insert_claims_postgres(
     if not due:
         return
     candidates = {uuid.uuid4().hex: item for item in due}
+    # The statement cannot see its own rows: of one job, only the earliest period of
+    # the batch may be started by it (the others wait for that one).
+    first: dict[str, datetime] = {}
+    for item in due:
+        if item.job not in first or item.period < first[item.job]:
+            first[item.job] = item.period
     rows = connection.execute(
         _CLAIM_POSTGRES,
         {
@@ -303,6 +333,7 @@ def _insert_claims_postgres(
             "origins": [item.origin.value for item in due],
             "leases": [item.lease_seconds for item in due],
             "limits": [item.overlap_limit for item in due],
+            "starts": [item.start and item.period == first[item.job] for item in due],
         },
     )
     _collect(candidates, rows, holder, sent, result)
@@ -318,7 +349,9 @@ def _adopt(
     result: ClaimResult,
 ) -> None:
     """Add to `won` the periods of `due` that this holder claimed before without hearing
-    back: a row in `claimed` with its name on it can only be its own lost claim."""
+    back: a row in `claimed` with its name on it can only be its own lost claim, and one
+    in `running` at its first attempt its own claim that started it (`started`; a run
+    this node already has in hand is not taken in twice, see `Dispatcher.submit`)."""
     wanted = [(item.job, item.period) for item in due]
     if not wanted:
         return
@@ -330,18 +363,22 @@ def _adopt(
         runs.c.lease_seconds,
         runs.c.origin,
         runs.c.started_attempts,
+        runs.c.status,
         func.extract("epoch", runs.c.lease_expires_at - now).label("left_s")
         if database.server_clock
         else (func.julianday(runs.c.lease_expires_at) - func.julianday(now)).label("left_days"),
     ).where(
         tuple_(runs.c.job, runs.c.period).in_(wanted),
         runs.c.holder == holder,
-        runs.c.status == RunStatus.CLAIMED.value,
+        runs.c.status.in_([RunStatus.CLAIMED.value, RunStatus.RUNNING.value]),
         runs.c.attempt == 1,
         runs.c.lease_expires_at > now,
     )
     for row in connection.execute(statement):
-        left = float(row[6]) * (1 if database.server_clock else 86400)
+        started = row.status == RunStatus.RUNNING
+        if started and row.started_attempts != 1:
+            continue
+        left = float(row[7]) * (1 if database.server_clock else 86400)
         # The lease ends `left` seconds after this statement began, which was after `sent`.
         lease_from = sent + left - row.lease_seconds
         result.won.append(
@@ -354,6 +391,8 @@ def _adopt(
                 row.lease_seconds,
                 Origin(row.origin),
                 lease_from,
-                row.started_attempts,
+                0 if started else row.started_attempts,
             )
         )
+        if started:
+            result.started.add(row.id)

@@ -20,11 +20,15 @@ START_STATEMENT = b"SET status = 'running'"
 OUTCOME_STATEMENT = b"SET status = done.status"
 
 
-def _node_behind_proxy(tmp_path: Path, postgres_url: str) -> tuple[Node, Proxy, Path]:
+def _node_behind_proxy(
+    tmp_path: Path, postgres_url: str, jobs: str = "ticker", *extra: str
+) -> tuple[Node, Proxy, Path]:
     proxy = Proxy(target_port=5432, framed=True)
     proxy.start()
     log = tmp_path / "executions.txt"
-    node = start_node(tmp_path, "node", proxy.url(postgres_url), "ticker", EXECUTION_LOG=str(log))
+    node = start_node(
+        tmp_path, "node", proxy.url(postgres_url), jobs, extra, EXECUTION_LOG=str(log)
+    )
     node.wait_for(lambda event: event.get("event") == "run_succeeded")
     return node, proxy, log
 
@@ -34,11 +38,11 @@ def _iso(moment: float) -> str:
 
 
 def _lose_one_reply(
-    tmp_path: Path, postgres_url: str, statement: bytes
+    tmp_path: Path, postgres_url: str, statement: bytes, jobs: str = "ticker", *extra: str
 ) -> tuple[Node, Path, float]:
     """Run a node until one `statement` was committed with its reply lost, and until the
     job has gone on for a few more periods; return the node, its job log and when."""
-    node, proxy, log = _node_behind_proxy(tmp_path, postgres_url)
+    node, proxy, log = _node_behind_proxy(tmp_path, postgres_url, jobs, *extra)
     try:
         sprung = proxy.lose_reply_to(statement)
         assert sprung.wait(10), "no such statement went through the proxy"
@@ -58,7 +62,11 @@ def _lose_one_reply(
 def test_a_start_whose_reply_was_lost_runs_and_the_job_goes_on(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    _, log, lost_at = _lose_one_reply(tmp_path, postgres_url, START_STATEMENT)
+    """A start statement of its own (the node's one worker is busy when the period is
+    claimed, so the claim cannot start it) commits with its reply lost."""
+    _, log, lost_at = _lose_one_reply(
+        tmp_path, postgres_url, START_STATEMENT, "crowded", "--workers", "1"
+    )
     rows = run_rows(postgres_url, "tick")
     ran = executions(log)
     assert [period for period, times in ran.items() if times > 1] == []
@@ -84,7 +92,8 @@ CLAIM_STATEMENT = b"started_attempts, holder, lease_seconds, lease_expires_at"
 
 def test_a_claim_whose_reply_was_lost_costs_no_period(tmp_path: Path, postgres_url: str) -> None:
     """The claim of a period commits but its reply is lost (the connection resets): the
-    node tries again, finds the row in its own name, runs it, and skips nothing."""
+    node tries again, finds the row in its own name (claimed, or already running where
+    the claim started it), runs it, and skips nothing."""
     _, log, lost_at = _lose_one_reply(tmp_path, postgres_url, CLAIM_STATEMENT)
     rows = [
         row for row in run_rows(postgres_url, "tick") if row["period"].timestamp() >= lost_at - 1
