@@ -256,7 +256,7 @@ class Database:
         """
         with (
             self._faults(),
-            self.engine.connect() as connection,
+            self.engine.connect().execution_options(**{BOUNDED: True}) as connection,
             self._watched(connection),
             connection.begin(),
         ):
@@ -340,6 +340,7 @@ def open_database(
                 "prepare_threshold": None,
             },
         )
+        _bound_idle_transactions(engine)
     database = Database(engine)
     try:
         database.ping()
@@ -349,6 +350,28 @@ def open_database(
             f"--database-url: cannot connect to {database.display_url}: {error.message}"
         ) from None
     return database
+
+
+# Set by `guarded`, whose first statement sets the bounds itself.
+BOUNDED = "scheduler_bounded"
+_IDLE_BOUND = (
+    f"SET LOCAL idle_in_transaction_session_timeout = {round(IDLE_IN_TRANSACTION_S * 1000)}"
+)
+
+
+def _bound_idle_transactions(engine: Engine) -> None:
+    """Every transaction on PostgreSQL may sit idle for IDLE_IN_TRANSACTION_S at most:
+    a node partitioned or frozen inside one (its heartbeat's renewal, an outcome, an
+    item) would otherwise keep its row locks until the network heals, and no other node
+    could take its runs over. Transaction-local, so nothing leaks through a pooler into
+    another client's session; one statement more per transaction, none on the claim."""
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        options = connection.get_execution_options()
+        if options.get(BOUNDED) or options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        connection.exec_driver_sql(_IDLE_BOUND)
 
 
 def _sqlite_engine(url: URL, *, must_exist: bool, kept: int, extra: int) -> Engine:

@@ -7,7 +7,10 @@ touching the shared database server:
 - `lose_reply_to(marker)`: the next statement whose text contains `marker` reaches the
   server and is committed there, but the reply that would say so is dropped and the
   connection closed (a lost acknowledgement): the first ReadyForQuery after the statement
-  that finds the session idle, so for a statement inside a transaction, the COMMIT's.
+  that finds the session idle, so for a statement inside a transaction, the COMMIT's;
+- `freeze_after(marker)`: the next request whose text contains `marker` reaches the
+  server, and then every byte is held, as by `freeze()` (a partition that falls in the
+  middle of a transaction: the server holds its locks, the client never hears back).
 
 Reading replies needs the PostgreSQL wire protocol's framing (a type byte and a length)
 and nothing more, so connections must not use TLS or GSS encryption: point the node at
@@ -57,6 +60,9 @@ class _Pair:
                 self.proxy.flowing.wait()
                 self._watch_request(data)
                 self.upstream.sendall(data)
+                self.proxy.freeze_if_marked(data)
+        # A partition holds the end of a connection too: the far side must not learn of it.
+        self.proxy.flowing.wait()
         with suppress(OSError):
             self.upstream.shutdown(socket.SHUT_WR)
 
@@ -80,6 +86,7 @@ class _Pair:
                     self.close()
                     return
                 self.client.sendall(forward)
+        self.proxy.flowing.wait()
         with suppress(OSError):
             self.client.shutdown(socket.SHUT_WR)
 
@@ -114,6 +121,7 @@ class Proxy:
         self._pairs: list[_Pair] = []
         self._listener: socket.socket | None = None
         self.trap: _Trap | None = None
+        self.freeze_trap: _Trap | None = None
         self.flowing = threading.Event()
         self.flowing.set()
         probe = socket.socket()
@@ -155,6 +163,23 @@ class Proxy:
     def thaw(self) -> None:
         """Pass what was held, and everything after it."""
         self.flowing.set()
+
+    def freeze_after(self, marker: bytes) -> threading.Event:
+        """Arm a one-shot partition that falls right after a request containing
+        `marker` went through; the event is set once it fell."""
+        trap = _Trap(marker, threading.Event())
+        with self.lock:
+            self.freeze_trap = trap
+        return trap.sprung
+
+    def freeze_if_marked(self, data: bytes) -> None:
+        with self.lock:
+            trap = self.freeze_trap
+            if trap is None or trap.marker not in data:
+                return
+            self.freeze_trap = None
+            self.flowing.clear()
+        trap.sprung.set()
 
     def lose_reply_to(self, marker: bytes) -> threading.Event:
         """Arm a one-shot lost acknowledgement; the event is set once it happened."""

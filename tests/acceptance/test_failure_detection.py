@@ -221,3 +221,39 @@ def _first_pid(log: Path, timeout: float = 15.0) -> int:
             return pids[0]
         time.sleep(0.02)
     raise AssertionError("the body never noted its pid")
+
+
+RENEWAL_STATEMENT = b"UPDATE scheduler_runs SET lease_expires_at"
+
+
+def test_a_holder_partitioned_inside_its_renewal_does_not_block_the_takeover(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The partition falls in the middle of the holder's heartbeat transaction: its
+    lease renewal reached the server (which now holds the run's row lock for it) and
+    nothing more gets through, not even the COMMIT. The server must end that session
+    within seconds, or no other node can take the run over until the network heals."""
+    proxy = Proxy(target_port=5432, framed=True)
+    proxy.start()
+    log = tmp_path / "executions.txt"
+    url = proxy.url(postgres_url)
+    holder = start_node(tmp_path, "holder", url, "partitioned_thread", EXECUTION_LOG=str(log))
+    other: Node | None = None
+    try:
+        started = holder.wait_for(lambda event: event.get("event") == "run_started")
+        other = start_node(tmp_path, "other", postgres_url, "partitioned_thread")
+        other.wait_for(lambda event: event.get("event") == "node_started")
+        fell = proxy.freeze_after(RENEWAL_STATEMENT)
+        assert fell.wait(10), "no lease renewal went through the proxy"
+        frozen_at = time.time()
+        retaken = other.wait_for(
+            lambda e: e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"],
+            timeout=30,
+        )
+    finally:
+        proxy.thaw()
+        codes = [node.stop() for node in (holder, other) if node is not None]
+        proxy.cut()
+    assert codes == [0, 0]
+    # The lease is 6 s and the server ends a session idle in its transaction after 5 s.
+    assert _when(retaken) - frozen_at < 12, "the takeover waited for the frozen session"
