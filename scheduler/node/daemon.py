@@ -395,19 +395,15 @@ class Daemon:
 
     def _set_workers_aside(self, due: list[Due]) -> tuple[list[Due], int]:
         """Where the claim can start what it claims (PostgreSQL), set an idle worker
-        aside for the earliest period of each due job, and ask the claim to start it:
-        the function is then called one transaction sooner. How many were set aside."""
+        aside for each due job and ask the claim to start its period (the claim starts
+        only the earliest of a job): the function is then called one transaction sooner.
+        How many were set aside."""
         # Periods kept from an earlier try were asked to start then, not now.
         due = [replace(item, start=False) if item.start else item for item in due]
         if not self._database.arrays:
             return due, 0
-        earliest: dict[str, Due] = {}
-        for item in due:
-            if item.job not in earliest or item.period < earliest[item.job].period:
-                earliest[item.job] = item
-        chosen = self.dispatcher.reserve(list(earliest))
-        starting = {id(earliest[name]) for name in chosen}
-        asked = [replace(item, start=True) if id(item) in starting else item for item in due]
+        chosen = set(self.dispatcher.reserve(list(dict.fromkeys(item.job for item in due))))
+        asked = [replace(item, start=True) if item.job in chosen else item for item in due]
         return asked, len(chosen)
 
     def _dispatch(self, result: ClaimResult, slots: int = 0) -> int:

@@ -175,6 +175,17 @@ def _waits_for_advisory_lock(connection: Connection) -> bool:
     return bool(waiting)
 
 
+def _given_back_unstarted(database: Database, period: datetime) -> bool:
+    """The run of `period` went back for any node to take, lost before it ever started."""
+    row = queries.run_mapping(database, "sync", period)
+    assert row is not None
+    return (row["status"], row["reason"], row["started_at"]) == (
+        RunStatus.ABANDONED,
+        Reason.LEASE_EXPIRED,
+        None,
+    )
+
+
 def test_a_run_lost_while_it_waits_its_turn_is_given_back(database: Database) -> None:
     """A claim has a worker but waits its turn behind the job's earlier period, which
     runs on another node, polling; its lease is given up meanwhile. It is given back
@@ -196,13 +207,7 @@ def test_a_run_lost_while_it_waits_its_turn_is_given_back(database: Database) ->
         time.sleep(0.6)  # its start was refused (not its turn): it polls now
         dispatcher.lose(mine.key)
         done.result(timeout=10)
-        row = queries.run_mapping(database, "sync", later)
-        assert row is not None
-        assert (row["status"], row["reason"], row["started_at"]) == (
-            RunStatus.ABANDONED,
-            Reason.LEASE_EXPIRED,
-            None,
-        )
+        assert _given_back_unstarted(database, later)
         assert calls == []
     finally:
         dispatcher.drain(1)
@@ -237,13 +242,7 @@ def test_a_run_lost_while_it_waits_for_a_worker_is_not_started(database: Databas
         first_done.result(timeout=10)
         second_done.result(timeout=10)
         assert calls == [PERIOD]
-        row = queries.run_mapping(database, "sync", later)
-        assert row is not None
-        assert (row["status"], row["reason"], row["started_at"]) == (
-            RunStatus.ABANDONED,
-            Reason.LEASE_EXPIRED,
-            None,
-        )
+        assert _given_back_unstarted(database, later)
         (stale,) = takeover.find_stale(database, ["sync"], 10)
         assert (stale.period, stale.started_attempts) == (later, 0)
     finally:
