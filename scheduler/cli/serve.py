@@ -198,19 +198,16 @@ def migrate(
     if check_only and as_sql:
         raise UserError("migrate: give --check or --sql, not both")
     if check_only or as_sql:
-        database, state = migrations.inspect_url(database_url)
-        try:
-            if as_sql:
-                click.echo(migrations.offline_sql(database, state), nl=False)
-                return
-            line = state.describe()
-            if line.startswith("unknown: "):
-                raise SchemaOutdatedError(line.removeprefix("unknown: "))
-            click.echo(line)
-            if not state.up_to_date:
-                sys.exit(BEHIND)
-        finally:
-            database.dispose()
+        state = migrations.inspect_url(database_url)
+        if as_sql:
+            click.echo(migrations.offline_sql(database_url, state), nl=False)
+            return
+        line = state.describe()
+        if line.startswith("unknown: "):
+            raise SchemaOutdatedError(line.removeprefix("unknown: "))
+        click.echo(line)
+        if not state.up_to_date:
+            sys.exit(BEHIND)
         return
     database = open_database(database_url, must_exist=False)
     before = migrations.current_revision(database)

@@ -125,9 +125,7 @@ class ProcessExecutor:
             origin=context.origin,
             log_settings=logs.current(),
             claim=items.claim if items else None,
-            database_url=(
-                items.database.engine.url.render_as_string(hide_password=False) if items else None
-            ),
+            database_url=items.database.url.with_password() if items else None,
         )
         child = spawn.Process(
             target=child_main, args=(payload, sender, watched), name=f"job:{job.name}"

@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select, true, update
-
 from scheduler.model import Held
 from scheduler.store import deliveries, items, nodes, renewals, requests, takeover
-from scheduler.store.database import Database
-from scheduler.store.nodes import Watched
-from scheduler.store.schema import nodes as nodes_table
+from scheduler.store.database import Connection, Database
+from scheduler.store.nodes import NODES, Watched
 
 
 @dataclass(frozen=True)
@@ -46,9 +43,8 @@ def beat(database: Database, node_id: str, *, alive_within: float, liveness: boo
     """One heartbeat; `liveness`: the node holds a liveness lock to check on."""
     with database.transaction() as connection:
         connection.execute(
-            update(nodes_table)
-            .where(nodes_table.c.id == node_id)
-            .values(heartbeat_at=database.now())
+            f"UPDATE {NODES} SET heartbeat_at = {database.now} WHERE id = :id",
+            {"id": node_id},
         )
         held = renewals.renew_on(database, connection, node_id)
         moment = datetime.now(UTC)  # the host's own; PostgreSQL's comes with the reads
@@ -71,45 +67,45 @@ def _read_postgres(
 ) -> Beat:
     """Everything a beat learns, as one statement: each store module's own query, asked
     at once (one round trip, not ten: an idle node's CPU is mostly its heartbeat)."""
-    statement = _reads(database, node_id, alive_within=alive_within, liveness=liveness)
-    row = connection.execute(statement).one()
-    now = row[0]
+    statement, parameters = _reads(database, node_id, alive_within=alive_within, liveness=liveness)
+    row = connection.execute(statement, parameters).one()
+    now = row.now
     return Beat(
         held=held,
         clock=now,
-        peers=list(row[1]),
-        gone=list(row[2]),
-        ring=[Watched(node, key) for node, key in zip(row[3], row[4], strict=True)],
-        recovery_in=takeover.seconds_to_deadline(row[5], row[6], now),
-        requests_waiting=bool(row[7]),
-        alerts_in=deliveries.seconds_to(row[8], now),
-        stuck_unreported=bool(row[9]),
-        liveness_held=bool(row[10]),
+        peers=list(row.peers),
+        gone=list(row.gone),
+        ring=[Watched(node, key) for node, key in zip(row.ring_ids, row.ring_keys, strict=True)],
+        recovery_in=takeover.seconds_to_deadline(row.lease_at, row.retry_at, now),
+        requests_waiting=bool(row.requests_waiting),
+        alerts_in=deliveries.seconds_to(row.free_at, now),
+        stuck_unreported=bool(row.stuck_unreported),
+        liveness_held=bool(row.liveness_held),
     )
 
 
 @functools.lru_cache(maxsize=16)
-def _reads(database: Database, node_id: str, *, alive_within: float, liveness: bool) -> Select[Any]:
-    """Built once per node: a statement object SQLAlchemy has seen keeps its cache key,
-    where one built anew each beat costs more to key than to run. PostgreSQL only: its
-    clock is in the SQL, where a host's clock would be a value frozen at the build."""
+def _reads(
+    database: Database, node_id: str, *, alive_within: float, liveness: bool
+) -> tuple[str, dict[str, Any]]:
+    """The beat's reads as one statement and its parameters, built once per node.
+    PostgreSQL only: its clock is in the SQL."""
     assert database.server_clock, "the beat's reads are built once: the clock must be SQL"
     lease, retry = takeover.next_deadline_queries()
-    ring = (nodes_table.c.id, nodes_table.c.liveness_key)
-    return select(
-        func.statement_timestamp(),
-        _array(nodes.peers_query(database, node_id, alive_within)),
-        _array(nodes.gone_query(database)),
-        _array(nodes.watchable_query(database, alive_within, ring[0])),
-        _array(nodes.watchable_query(database, alive_within, ring[1])),
-        lease.scalar_subquery(),
-        retry.scalar_subquery(),
-        requests.pending_query().exists(),
-        deliveries.next_due_query().scalar_subquery(),
-        items.unreported_stuck_query(),
-        nodes.own_lock_query(node_id).scalar_subquery() if liveness else true(),
-    )
-
-
-def _array(query: Select[Any]) -> Any:
-    return func.array(query.scalar_subquery())
+    peers, parameters = nodes.peers_query(database, node_id, alive_within)
+    own = f"({nodes.own_lock_query()})" if liveness else "TRUE"
+    statement = f"""
+        SELECT statement_timestamp() AS now,
+               ARRAY({peers}) AS peers,
+               ARRAY({nodes.gone_query(database)}) AS gone,
+               ARRAY({nodes.watchable_query(database, alive_within, "node.id")}) AS ring_ids,
+               ARRAY({nodes.watchable_query(database, alive_within, "node.liveness_key")})
+                   AS ring_keys,
+               ({lease}) AS lease_at,
+               ({retry}) AS retry_at,
+               EXISTS ({requests.pending_query()}) AS requests_waiting,
+               ({deliveries.next_due_query()}) AS free_at,
+               {items.unreported_stuck_query()} AS stuck_unreported,
+               {own} AS liveness_held
+    """
+    return statement, {**parameters, "own_id": node_id}

@@ -23,33 +23,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    bindparam,
-    case,
-    exists,
-    func,
-    literal_column,
-    null,
-    or_,
-    select,
-    text,
-    tuple_,
-)
-
 from scheduler.model import FUTURE_TOLERANCE, Claim, ClaimResult, Due
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import events as alert_events
-from scheduler.store.database import Database
-from scheduler.store.fence import OCCUPYING_SQL, occupying
-from scheduler.store.schema import jobs, runs
+from scheduler.store.connection import pairs_in
+from scheduler.store.database import Connection, Database
+from scheduler.store.fence import OCCUPYING_SQL, RUNS, occupying_sql
 from scheduler.store.wakeups import notify_claimed
 
 # Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
 JOBS_PER_TRANSACTION = 500
-_other = runs.alias("other")
 
 
 def claim(
@@ -108,10 +91,7 @@ def claim(
                     connection, fresh, holder, sent=sent, result=part, ours=ours
                 )
             else:
-                for group in _statement_groups(fresh):
-                    _insert_claims(
-                        database, connection, group, holder, sent=sent, result=part, ours=ours
-                    )
+                _insert_claims(connection, fresh, holder, sent=sent, result=part, ours=ours)
             alert_events.skipped(database, connection, part.skipped, part.reasons)
             # Rows now exist for these periods: the peers need not read that they do.
             notify_claimed(
@@ -143,17 +123,34 @@ def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
         yield chunk
 
 
-def _statement_groups(due: Sequence[Due]) -> Iterator[list[Due]]:
-    """SQLite rows that share one statement shape: with or without the overlap check,
-    and the same lease length (SQLite's lease is a value computed here)."""
-    groups: dict[tuple[bool, float], list[Due]] = {}
-    for item in due:
-        groups.setdefault((item.overlap_limit is None, item.lease_seconds), []).append(item)
-    yield from groups.values()
+# SQLite: one row a statement (in the claim's transaction), each judged by its own
+# subqueries. The batch's own rows (and those adopted into it) are left out of the
+# overlap count, as PostgreSQL's single statement cannot see them: their ids travel as
+# one JSON list. A NULL limit allows any overlap. Paused beats overlap.
+_PAUSED_SQLITE = "EXISTS (SELECT 1 FROM scheduler_jobs AS job WHERE job.name = :job AND job.paused)"
+_OVERLAPPING_SQLITE = f"""(:overlap_limit IS NOT NULL AND (
+    SELECT count(*) FROM {RUNS} AS other
+    WHERE other.job = :job AND other.period < :period
+      AND other.id NOT IN (SELECT value FROM json_each(:batch))
+      AND {occupying_sql(":now")}) >= :overlap_limit)"""
+_SKIPPED_SQLITE = f"({_PAUSED_SQLITE} OR {_OVERLAPPING_SQLITE})"
+_CLAIM_SQLITE = f"""
+    INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, started_attempts,
+                        holder, lease_seconds, lease_expires_at, claimed_at, finished_at)
+    VALUES (:id, :job, :period,
+            CASE WHEN {_SKIPPED_SQLITE} THEN 'skipped' ELSE 'claimed' END,
+            CASE WHEN {_PAUSED_SQLITE} THEN 'paused'
+                 WHEN {_OVERLAPPING_SQLITE} THEN 'overlap' END,
+            :origin, 1, 0, :holder, :lease_seconds,
+            CASE WHEN {_SKIPPED_SQLITE} THEN NULL ELSE :expiry END,
+            :now,
+            CASE WHEN {_SKIPPED_SQLITE} THEN :now END)
+    ON CONFLICT (job, period) DO NOTHING
+    RETURNING id, status, reason
+"""
 
 
 def _insert_claims(
-    database: Database,
     connection: Connection,
     due: list[Due],
     holder: str,
@@ -162,73 +159,26 @@ def _insert_claims(
     result: ClaimResult,
     ours: Sequence[str] = (),
 ) -> None:
-    """SQLite: an executemany of one INSERT, each row judged by its own subquery. The
-    batch's own rows (and `ours`, adopted into it) are left out of the overlap count (a
-    JSON list of their ids, one parameter for every row), as PostgreSQL's single
-    statement cannot see them."""
+    """SQLite: an INSERT a row, each judged by its own subqueries (see _CLAIM_SQLITE)."""
     if not due:
         return
-    now = database.now()
-    expiry = database.lease_until(due[0].lease_seconds)
     candidates = {uuid.uuid4().hex: item for item in due}
-    if due[0].overlap_limit is None:
-        overlapping: ColumnElement[bool] = bindparam("never", False)
-    else:
-        batch: Select[tuple[Any]] = select(literal_column("value")).select_from(
-            func.json_each(bindparam("batch"))
-        )
-        others_active = (
-            select(func.count())
-            .select_from(_other)
-            .where(
-                _other.c.job == bindparam("job"),
-                _other.c.period < bindparam("period"),
-                _other.c.id.not_in(batch),
-                occupying(_other, now),
-            )
-            .scalar_subquery()
-        )
-        overlapping = others_active >= bindparam("overlap_limit")
-    # Pause lives in the database, so every node honours it from the next claim on.
-    paused = exists().where(jobs.c.name == bindparam("job"), jobs.c.paused.is_(True))
-    skipped = or_(paused, overlapping)
-    statement = (
-        database.insert(runs)
-        .values(
-            id=bindparam("id"),
-            job=bindparam("job"),
-            period=bindparam("period"),
-            status=case((skipped, RunStatus.SKIPPED.value), else_=RunStatus.CLAIMED.value),
-            reason=case(
-                (paused, Reason.PAUSED.value), (overlapping, Reason.OVERLAP.value), else_=null()
-            ),
-            origin=bindparam("origin"),
-            attempt=1,
-            started_attempts=0,
-            holder=holder,
-            lease_seconds=bindparam("lease_seconds"),
-            lease_expires_at=case((skipped, null()), else_=expiry),
-            claimed_at=now,
-            finished_at=case((skipped, now), else_=null()),
-        )
-        .on_conflict_do_nothing(index_elements=["job", "period"])
-        .returning(runs.c.id, runs.c.status, runs.c.reason)
-    )
     batch_ids = json.dumps([*candidates, *ours])
-    parameters = [
-        {
+    rows = []
+    for run_id, item in candidates.items():
+        parameters = {
             "id": run_id,
             "job": item.job,
             "period": item.period,
             "origin": item.origin.value,
+            "holder": holder,
             "lease_seconds": item.lease_seconds,
-            "overlap_limit": item.overlap_limit or 0,
-            "never": False,
+            "overlap_limit": item.overlap_limit,
             "batch": batch_ids,
+            "expiry": Database.host_after(item.lease_seconds),
         }
-        for run_id, item in candidates.items()
-    ]
-    _collect(candidates, connection.execute(statement, parameters), holder, sent, result)
+        rows += connection.execute(_CLAIM_SQLITE, parameters).rows
+    _collect(candidates, rows, holder, sent, result)
 
 
 def _collect(
@@ -256,9 +206,8 @@ def _collect(
 # to plan than to run for a large batch). Paused beats overlap; a NULL limit allows any. The
 # overlap count cannot see the rows this statement inserts: each period is judged
 # against the runs outside its batch.
-_CLAIM_POSTGRES = text(
-    f"""
-    INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt,
+_CLAIM_POSTGRES = f"""
+    INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt,
                              started_attempts, holder, lease_seconds, lease_expires_at,
                              claimed_at, started_at, finished_at)
     SELECT due.id, due.job, due.period,
@@ -278,10 +227,10 @@ _CLAIM_POSTGRES = text(
          AS due(id, job, period, origin, lease_seconds, overlap_limit, start)
     CROSS JOIN LATERAL (
         SELECT CASE
-            WHEN EXISTS (SELECT FROM {jobs.name} AS job
+            WHEN EXISTS (SELECT FROM scheduler_jobs AS job
                          WHERE job.name = due.job AND job.paused) THEN 'paused'
             WHEN due.overlap_limit IS NOT NULL
-                 AND (SELECT count(*) FROM {runs.name} AS other
+                 AND (SELECT count(*) FROM {RUNS} AS other
                       WHERE other.job = due.job AND other.period < due.period
                         AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {OCCUPYING_SQL}
                      ) >= due.overlap_limit THEN 'overlap'
@@ -290,7 +239,7 @@ _CLAIM_POSTGRES = text(
         -- rule of a start (`store.writes`): no other period of the job queued, running
         -- or timed out, nor an earlier one claimed, under a live lease.
         due.start AND (due.overlap_limit IS NULL OR NOT EXISTS (
-            SELECT FROM {runs.name} AS other
+            SELECT FROM {RUNS} AS other
             WHERE other.job = due.job
               AND other.lease_expires_at > statement_timestamp()
               AND (other.status IN ('queued', 'running', 'timed_out')
@@ -299,8 +248,7 @@ _CLAIM_POSTGRES = text(
     WHERE due.period <= statement_timestamp() + make_interval(secs => :tolerance)
     ON CONFLICT (job, period) DO NOTHING
     RETURNING id, status, reason
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
+"""
 
 
 def _insert_claims_postgres(
@@ -355,32 +303,24 @@ def _adopt(
     wanted = [(item.job, item.period) for item in due]
     if not wanted:
         return
-    now = database.now()
-    statement = select(
-        runs.c.id,
-        runs.c.job,
-        runs.c.period,
-        runs.c.lease_seconds,
-        runs.c.origin,
-        runs.c.started_attempts,
-        runs.c.status,
-        func.extract("epoch", runs.c.lease_expires_at - now).label("left_s")
-        if database.server_clock
-        else (func.julianday(runs.c.lease_expires_at) - func.julianday(now)).label("left_days"),
-    ).where(
-        tuple_(runs.c.job, runs.c.period).in_(wanted),
-        runs.c.holder == holder,
-        runs.c.status.in_([RunStatus.CLAIMED.value, RunStatus.RUNNING.value]),
-        runs.c.attempt == 1,
-        runs.c.lease_expires_at > now,
-    )
-    for row in connection.execute(statement):
+    if database.server_clock:
+        left = "extract(epoch FROM lease_expires_at - statement_timestamp()) AS left_s"
+    else:
+        left = "(julianday(lease_expires_at) - julianday(:now)) * 86400 AS left_s"
+    pairs, parameters = pairs_in("wanted", wanted)
+    statement = f"""
+        SELECT id, job, period, lease_seconds, origin, started_attempts, status, {left}
+        FROM {RUNS}
+        WHERE (job, period) IN ({pairs}) AND holder = :holder
+          AND status IN ('claimed', 'running') AND attempt = 1
+          AND lease_expires_at > {database.now}
+    """
+    for row in connection.execute(statement, {**parameters, "holder": holder}):
         started = row.status == RunStatus.RUNNING
         if started and row.started_attempts != 1:
             continue
-        left = float(row[7]) * (1 if database.server_clock else 86400)
         # The lease ends `left` seconds after this statement began, which was after `sent`.
-        lease_from = sent + left - row.lease_seconds
+        lease_from = sent + float(row.left_s) - row.lease_seconds
         result.won.append(
             Claim(
                 row.id,

@@ -1,4 +1,8 @@
-"""Opening the database: URL checks, engine settings per backend, the database clock.
+"""Opening the database: URL checks, connections per backend, transactions, the clock.
+
+The store speaks to the drivers directly (psycopg 3, the standard library's sqlite3)
+through `store.connection`: a node's hot path, and every read-only command, load no SQL
+toolkit (SQLAlchemy is loaded only by `scheduler migrate`, through Alembic).
 
 SQLite is opened in WAL mode with `BEGIN IMMEDIATE` so that several processes on one
 file queue for the write lock instead of failing with "database is locked", and with
@@ -8,29 +12,29 @@ claim the node already acted on must not vanish and be claimed again.
 On PostgreSQL, transactions that take locks other nodes wait for are `guarded()`: a lock
 wait, a statement and an idle moment inside the transaction are each bounded, so a node
 frozen mid-transaction (SIGSTOP, a paused VM) is cut off by the server instead of
-stalling every node behind its locks.
+stalling every node behind its locks. Every other transaction may sit idle for
+IDLE_IN_TRANSACTION_S at most. Each bound is set by the transaction's own first round
+trip (`BEGIN; SELECT set_config(…)`), transaction-local, so that nothing leaks into
+another client's session behind a pooler.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Connection, Engine, create_engine, event, func, literal, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.sql.expression import ColumnElement
+from typing import Any, TypeVar
 
 from scheduler.errors import UserError
 from scheduler.model import lock_key
+from scheduler.store.connection import Connection, Result
 from scheduler.store.deadlines import WATCH
-from scheduler.store.faults import UNSENDABLE, StoreError, translate
-from scheduler.store.schema import UTCDateTime
+from scheduler.store.faults import StoreError, driver_errors, translate
+from scheduler.store.pool import Pool
+from scheduler.store.urls import DatabaseURL, parse_database_url
 
 SQLITE_BUSY_TIMEOUT_S = 30
 CONNECT_TIMEOUT_S = 5
@@ -47,61 +51,44 @@ KEEPALIVE_COUNT = 3
 TCP_USER_TIMEOUT_MS = 10_000
 # Connections a pool keeps open between uses; more are opened for bursts and closed after.
 POOL_KEPT = 5
-# What hosting platforms hand out (`postgres://`, Heroku and others) is PostgreSQL too.
-POSTGRES_ALIASES = ("postgresql", "postgres")
 
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "Connection",
+    "Database",
+    "Guarded",
+    "Result",
+    "open_database",
+    "parse_database_url",
+]
 
-def parse_database_url(raw: str) -> URL:
-    """Normalise the URL the user gave and refuse the ones we cannot serve."""
-    try:
-        url = make_url(raw)
-    except ArgumentError:
-        raise UserError(
-            f"--database-url: cannot parse {raw!r} "
-            "(expected sqlite:///path.db or postgresql://user@host/db)"
-        ) from None
-    # Read from the URL's text: asking SQLAlchemy would load the dialect first and fail
-    # with a traceback for a name it does not know (`postgres://`, `foo://`).
-    backend, _, driver = url.drivername.partition("+")
-    if backend in POSTGRES_ALIASES:
-        if driver == "psycopg2":
-            raise UserError(
-                "--database-url: use postgresql:// or postgresql+psycopg:// (psycopg 3); "
-                "psycopg2 is not installed"
-            )
-        return url.set(drivername="postgresql+psycopg")
-    if backend == "sqlite":
-        if not url.database or url.database == ":memory:":
-            raise UserError(
-                "--database-url: an in-memory SQLite database cannot be shared; "
-                "give a file, e.g. sqlite:///scheduler.db"
-            )
-        return url
-    raise UserError(f"--database-url: unsupported database {backend!r} (use sqlite or postgresql)")
-
-
-_BOUND = text(
-    "SELECT set_config('lock_timeout', :lock, true),"
-    " set_config('idle_in_transaction_session_timeout', :idle, true),"
-    " set_config('statement_timeout', :statement, true),"
-    " statement_timestamp()"
+T = TypeVar("T")
+_BEGIN_IDLE_BOUND = (
+    "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', "
+    f"'{round(IDLE_IN_TRANSACTION_S * 1000)}ms', true)"
 )
-# The same, then the job locks: `locked` reads `settings`, so the bounds are in force
-# before the first lock is waited for; a volatile function in the select list runs
-# after the sort, so the locks are taken in key order (no deadlock between nodes).
-_BOUND_AND_LOCK = text(
-    """
-    WITH settings AS MATERIALIZED (
-        SELECT set_config('lock_timeout', :lock, true) AS lock_set,
-               set_config('idle_in_transaction_session_timeout', :idle, true) AS idle_set,
-               set_config('statement_timeout', :statement, true) AS statement_set,
-               statement_timestamp() AS began),
-    locked AS MATERIALIZED (
-        SELECT pg_advisory_xact_lock(key) FROM settings,
-               unnest(CAST(:keys AS BIGINT[])) AS key ORDER BY key)
-    SELECT began, (SELECT count(*) FROM locked) FROM settings
-    """
-)
+
+
+def _begin_guarded(lock_timeout: float, keys: list[int]) -> str:
+    """BEGIN, the bounds, the clock and the job locks, in one round trip. Only numbers
+    of our own are written into the text. The locks are taken after the bounds are in
+    force (`locked` reads `settings`), in key order (no deadlock between nodes)."""
+    bounds = (
+        f"set_config('lock_timeout', '{round(lock_timeout * 1000)}ms', true) AS lock_set,"
+        " set_config('idle_in_transaction_session_timeout',"
+        f" '{round(IDLE_IN_TRANSACTION_S * 1000)}ms', true) AS idle_set,"
+        f" set_config('statement_timeout', '{round(STATEMENT_TIMEOUT_S * 1000)}ms', true)"
+        " AS statement_set, statement_timestamp() AS began"
+    )
+    if not keys:
+        return f"BEGIN; SELECT {bounds}"
+    array = ",".join(str(int(key)) for key in keys)
+    return (
+        f"BEGIN; WITH settings AS MATERIALIZED (SELECT {bounds}),"
+        " locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(key) FROM settings,"
+        f" unnest(ARRAY[{array}]::BIGINT[]) AS key ORDER BY key)"
+        " SELECT began, (SELECT count(*) FROM locked) FROM settings"
+    )
 
 
 @dataclass(frozen=True)
@@ -112,14 +99,15 @@ class Guarded:
     began: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Database:
-    """An engine plus what differs between backends; the store's handle on everything.
+    """A pool of connections plus what differs between backends; the store's handle on
+    everything.
 
     What differs is asked by name (`arrays`, `job_locks`, `one_writer`,
     `server_clock`), never by backend, so each store module says which form of a
-    statement it needs and why. Every transaction turns a driver's error into the
-    store's own (`StoreUnavailableError`, `StoreRejectedError`; see `store.faults`).
+    statement it needs and why. Every call turns a driver's error into the store's own
+    (`StoreUnavailableError`, `StoreRejectedError`; see `store.faults`).
 
     `call_timeout`: no transaction or statement of this handle may take longer; past
     it the call's connection is cut from this side (see `store.deadlines`) and the call
@@ -127,16 +115,40 @@ class Database:
     heartbeat or run path can block past a lease; None waits as long as the server.
     """
 
-    engine: Engine
+    url: DatabaseURL
+    pool: Pool[Any] = field(repr=False)
     call_timeout: float | None = None
+    # Told of every statement's text as it is sent (see `recording`).
+    listeners: list[Callable[[str], None]] = field(default_factory=list, repr=False)
 
     def bounded(self, seconds: float | None) -> Database:
-        """The same database, with another deadline for each call."""
-        return Database(self.engine, seconds)
+        """The same database (and pool), with another deadline for each call."""
+        return Database(self.url, self.pool, seconds, self.listeners)
+
+    @contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        """The texts of the statements sent during the block, in order (for tests and
+        benchmarks that count round trips)."""
+        sent: list[str] = []
+        self.listeners.append(sent.append)
+        try:
+            yield sent
+        finally:
+            self.listeners.remove(sent.append)
+
+    def __hash__(self) -> int:
+        return hash((id(self.pool), self.call_timeout))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Database)
+            and other.pool is self.pool
+            and other.call_timeout == self.call_timeout
+        )
 
     @property
     def is_postgres(self) -> bool:
-        return self.engine.dialect.name == "postgresql"
+        return self.url.is_postgres
 
     @property
     def arrays(self) -> bool:
@@ -178,66 +190,62 @@ class Database:
 
     @property
     def display_url(self) -> str:
-        return self.engine.url.render_as_string(hide_password=True)
+        return self.url.display()
 
-    def insert(self, table: Any) -> Any:
-        """The dialect's INSERT, which knows ON CONFLICT."""
-        return dialect_insert(self.engine.dialect.name, table)
+    # -- the clock, as SQL --------------------------------------------------------
+    #
+    # PostgreSQL's clock is in the statement; SQLite shares this host's, which goes into
+    # the statement as a value (`:now`, which every statement on SQLite is given: see
+    # `store.connection`).
 
-    def now(self) -> ColumnElement[datetime]:
+    @property
+    def now(self) -> str:
         """The database clock as the statement began: the server's (not `now()`, which
         is the transaction's start), or this host's. Stable within a statement, so an
         index can serve a comparison with it."""
-        if self.server_clock:
-            return func.statement_timestamp().cast(UTCDateTime())
-        return literal(datetime.now(UTC), UTCDateTime())
+        return "statement_timestamp()" if self.server_clock else ":now"
 
-    def now_plus(self, seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
-        """The database clock plus a number of seconds (a column or a value)."""
-        if self.server_clock:
-            return (
-                func.statement_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-            ).cast(UTCDateTime())
-        return self._host_plus(seconds)
+    def now_plus(self, seconds: str) -> str:
+        """PostgreSQL: the database clock plus `seconds`, SQL (a column, a parameter)."""
+        assert self.server_clock, "this host's times are values: see `after`"
+        return f"(statement_timestamp() + make_interval(secs => {seconds}))"
 
-    def lease_until(self, seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
-        """When a lease given now ends: the database clock at the moment the row is
-        written, after any wait for a lock inside the statement, so that a lease is
-        never written shorter than it was asked for (let alone already expired)."""
-        if self.server_clock:
-            return (func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)).cast(
-                UTCDateTime()
-            )
-        return self._host_plus(seconds)
+    def lease_until(self, seconds: str) -> str:
+        """PostgreSQL: when a lease of `seconds` (SQL) given now ends: the database clock
+        at the moment the row is written, after any wait for a lock inside the
+        statement, so that a lease is never written shorter than it was asked for (let
+        alone already expired)."""
+        assert self.server_clock, "this host's times are values: see `lease`"
+        return f"(clock_timestamp() + make_interval(secs => {seconds}))"
 
     @staticmethod
-    def _host_plus(seconds: ColumnElement[float] | float) -> ColumnElement[datetime]:
-        if not isinstance(seconds, int | float):
-            raise TypeError("this host's times are computed per value, not per column")
-        return literal(datetime.now(UTC) + timedelta(seconds=seconds), UTCDateTime())
+    def host_after(seconds: float) -> datetime:
+        """This host's clock plus `seconds` (SQLite's leases and retries are values)."""
+        return datetime.now(UTC) + timedelta(seconds=seconds)
+
+    def after(self, name: str, seconds: float) -> tuple[str, dict[str, Any]]:
+        """`seconds` from now by the database clock, as SQL and its parameter `name`:
+        the server's clock, or this host's computed here (SQLite's times are values)."""
+        if self.server_clock:
+            return self.now_plus(f":{name}"), {name: seconds}
+        return f":{name}", {name: self.host_after(seconds)}
+
+    def lease(self, name: str, seconds: float) -> tuple[str, dict[str, Any]]:
+        """When a lease of `seconds` given now ends (see `lease_until`), as SQL and its
+        parameter `name`."""
+        if self.server_clock:
+            return self.lease_until(f":{name}"), {name: seconds}
+        return f":{name}", {name: self.host_after(seconds)}
+
+    # -- transactions -------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        # The watch covers the COMMIT too (the begin block ends inside it).
-        with (
-            self._faults(),
-            self.engine.connect() as connection,
-            self._watched(connection),
-            connection.begin(),
-        ):
-            yield connection
-
-    @contextmanager
-    def _faults(self) -> Iterator[None]:
-        try:
-            yield
-        except (SQLAlchemyError, *UNSENDABLE) as error:
-            raise translate(error) from error
-
-    def _watched(self, connection: Connection) -> contextlib.AbstractContextManager[None]:
-        if not self.is_postgres:
-            return contextlib.nullcontext()
-        return WATCH.watching(connection.connection.dbapi_connection, self.call_timeout)
+        """One transaction; committed when the block ends, rolled back if it raises."""
+        begin = _BEGIN_IDLE_BOUND if self.is_postgres else "BEGIN IMMEDIATE"
+        with self._borrowed() as connection:
+            connection.execute(begin)
+            yield from _committed(connection, connection)
 
     @contextmanager
     def guarded(
@@ -245,8 +253,8 @@ class Database:
     ) -> Iterator[Guarded]:
         """A transaction for writes that take locks other nodes wait for.
 
-        With a server clock (PostgreSQL) its first statement bounds, for this
-        transaction only (so behind a pooler nothing leaks into another client's
+        With a server clock (PostgreSQL) its first round trip begins it and bounds, for
+        this transaction only (so behind a pooler nothing leaks into another client's
         session), how long it waits for a lock, runs a statement, and may sit idle: a
         node frozen inside it loses its session and its locks after
         IDLE_IN_TRANSACTION_S. It also reads the clock, and takes the advisory locks of
@@ -254,49 +262,86 @@ class Database:
         every row a holder of those locks committed. A single writer lock (SQLite) is
         bounded by its busy timeout instead, and needs no job lock.
         """
-        with (
-            self._faults(),
-            self.engine.connect().execution_options(**{BOUNDED: True}) as connection,
-            self._watched(connection),
-            connection.begin(),
-        ):
+        with self._borrowed() as connection:
             if self.one_writer:
-                yield Guarded(connection, datetime.now(UTC))
-                return
-            bounds = {
-                "lock": f"{round(lock_timeout * 1000)}ms",
-                "idle": f"{round(IDLE_IN_TRANSACTION_S * 1000)}ms",
-                "statement": f"{round(STATEMENT_TIMEOUT_S * 1000)}ms",
-            }
-            keys = sorted({lock_key(job) for job in jobs}) if self.job_locks else []
-            if keys:  # one round trip for the bounds, the clock and the locks
-                began = connection.execute(_BOUND_AND_LOCK, {**bounds, "keys": keys}).one()[0]
+                connection.execute("BEGIN IMMEDIATE")
+                guarded = Guarded(connection, datetime.now(UTC))
             else:
-                began = connection.execute(_BOUND, bounds).one()[3]
-            yield Guarded(connection, began.astimezone(UTC))
+                keys = sorted({lock_key(job) for job in jobs}) if self.job_locks else []
+                row = connection.execute(_begin_guarded(lock_timeout, keys)).one()
+                guarded = Guarded(connection, row[-1] if not keys else row[0])
+            yield from _committed(connection, guarded)
 
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
         """Each statement its own transaction: one round trip instead of BEGIN, the
         statement and COMMIT, for writes that are a single statement anyway."""
-        with self._faults(), self.engine.connect() as connection, self._watched(connection):
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+        with self._borrowed() as connection:
+            yield connection
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[Connection]:
+        """A connection of the pool for the block, under the call's deadline; a driver's
+        error becomes the store's, and the connection it broke is not lent again."""
+        errors = driver_errors()
+        try:
+            raw = self.pool.borrow()
+        except errors as error:
+            raise translate(error, connection_lost=True) from error
+        connection = Connection(raw, self.url.backend, self.listeners)
+        try:
+            with self._watched(raw):
+                yield connection
+        except errors as error:
+            raise translate(error, connection_lost=_unusable(connection)) from error
+        finally:
+            self.pool.give_back(raw, broken=_unusable(connection))
+
+    def _watched(self, raw: Any) -> contextlib.AbstractContextManager[None]:
+        if not self.is_postgres:
+            return contextlib.nullcontext()
+        return WATCH.watching(raw, self.call_timeout)
 
     def read_clock(self) -> datetime:
         """The database's current time, to measure this host's clock against."""
         if not self.server_clock:
             return datetime.now(UTC)
-        with self._faults(), self.engine.connect() as connection, self._watched(connection):
-            moment = connection.execute(text("SELECT statement_timestamp()")).scalar_one()
+        with self.autocommit() as connection:
+            moment = connection.execute("SELECT statement_timestamp() AS now").scalar()
         assert isinstance(moment, datetime)
-        return moment.astimezone(UTC)
+        return moment
 
     def ping(self) -> None:
-        with self._faults(), self.engine.connect() as connection, self._watched(connection):
-            connection.execute(text("SELECT 1"))
+        with self.autocommit() as connection:
+            connection.execute("SELECT 1")
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        self.pool.dispose()
+
+
+def _committed(connection: Connection, value: T) -> Iterator[T]:
+    """Yield `value` inside the connection's open transaction; COMMIT after, ROLLBACK if
+    the block raised (a rollback that fails leaves the connection broken, never lent
+    again)."""
+    try:
+        yield value
+    except BaseException:
+        with contextlib.suppress(*driver_errors()):
+            connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _unusable(connection: Connection) -> bool:
+    """The connection is closed, broken, or still inside a transaction."""
+    raw = connection.raw
+    if connection.is_postgres:
+        from psycopg.pq import TransactionStatus  # noqa: PLC0415 - loaded with psycopg
+
+        return bool(raw.closed or raw.broken) or (
+            raw.info.transaction_status != TransactionStatus.IDLE
+        )
+    return bool(raw.in_transaction)
 
 
 def open_database(
@@ -306,7 +351,7 @@ def open_database(
     connections: int = 10,
     application_name: str = "scheduler",
 ) -> Database:
-    """Create the engine and prove it connects; every failure is one line for the user.
+    """Set up the pool and prove it connects; every failure is one line for the user.
 
     `connections` is how many may be in use at once (a node: its workers and its side
     threads, so that no checkout waits on another thread's work); a few stay open
@@ -314,105 +359,72 @@ def open_database(
     """
     url = parse_database_url(raw_url)
     kept = min(connections, POOL_KEPT)
-    if url.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url, must_exist=must_exist, kept=kept, extra=connections - kept)
-    else:
-        engine = create_engine(
-            url,
-            pool_size=kept,
-            max_overflow=connections - kept,
-            pool_recycle=1800,
-            connect_args={
-                "connect_timeout": CONNECT_TIMEOUT_S,
-                # A peer that vanished without closing (a partition, a dead host) is
-                # found by the kernel: keepalives when idle, and a bound on how long
-                # sent data may stay unacknowledged.
-                "keepalives": 1,
-                "keepalives_idle": KEEPALIVE_IDLE_S,
-                "keepalives_interval": KEEPALIVE_INTERVAL_S,
-                "keepalives_count": KEEPALIVE_COUNT,
-                "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
-                # pg_stat_activity shows which node a session belongs to.
-                "application_name": application_name[:63],
-                # No server-side prepared statements: behind PgBouncer in transaction
-                # mode (before 1.21) the next transaction may land on a server
-                # connection where psycopg's prepared statement does not exist.
-                "prepare_threshold": None,
-            },
+    if url.is_postgres:
+        pool: Pool[Any] = Pool(
+            _postgres_connector(url, application_name), _close, kept=kept, most=connections
         )
-        _bound_idle_transactions(engine)
-    database = Database(engine)
+    else:
+        path = Path(url.path)
+        if must_exist and not path.exists():
+            raise UserError(
+                f"--database-url: database file {url.path!r} does not exist; "
+                "run `scheduler migrate` to create it"
+            )
+        pool = Pool(lambda: _sqlite_connection(path), _close, kept=kept, most=connections)
+    database = Database(url, pool)
     try:
         database.ping()
     except StoreError as error:
-        engine.dispose()
+        pool.dispose()
         raise UserError(
             f"--database-url: cannot connect to {database.display_url}: {error.message}"
         ) from None
     return database
 
 
-# Set by `guarded`, whose first statement sets the bounds itself.
-BOUNDED = "scheduler_bounded"
-_IDLE_BOUND = (
-    f"SET LOCAL idle_in_transaction_session_timeout = {round(IDLE_IN_TRANSACTION_S * 1000)}"
-)
+def _close(raw: Any) -> None:
+    raw.close()
 
 
-def _bound_idle_transactions(engine: Engine) -> None:
-    """Every transaction on PostgreSQL may sit idle for IDLE_IN_TRANSACTION_S at most:
-    a node partitioned or frozen inside one (its heartbeat's renewal, an outcome, an
-    item) would otherwise keep its row locks until the network heals, and no other node
-    could take its runs over. Transaction-local, so nothing leaks through a pooler into
-    another client's session; one statement more per transaction, none on the claim."""
+def _postgres_connector(url: DatabaseURL, application_name: str) -> Any:
+    import psycopg  # noqa: PLC0415 - only a node on PostgreSQL loads the driver
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        options = connection.get_execution_options()
-        if options.get(BOUNDED) or options.get("isolation_level") == "AUTOCOMMIT":
-            return
-        connection.exec_driver_sql(_IDLE_BOUND)
-
-
-def _sqlite_engine(url: URL, *, must_exist: bool, kept: int, extra: int) -> Engine:
-    path = Path(url.database or "")
-    if must_exist and not path.exists():
-        raise UserError(
-            f"--database-url: database file {str(path)!r} does not exist; "
-            "run `scheduler migrate` to create it"
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            url.conninfo,
+            # Transactions are begun by the store itself, with their bounds in the
+            # same round trip (see `Database.transaction`).
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            # A peer that vanished without closing (a partition, a dead host) is
+            # found by the kernel: keepalives when idle, and a bound on how long
+            # sent data may stay unacknowledged.
+            keepalives=1,
+            keepalives_idle=KEEPALIVE_IDLE_S,
+            keepalives_interval=KEEPALIVE_INTERVAL_S,
+            keepalives_count=KEEPALIVE_COUNT,
+            tcp_user_timeout=TCP_USER_TIMEOUT_MS,
+            # pg_stat_activity shows which node a session belongs to.
+            application_name=application_name[:63],
+            # No server-side prepared statements: behind PgBouncer in transaction
+            # mode (before 1.21) the next transaction may land on a server
+            # connection where psycopg's prepared statement does not exist.
+            prepare_threshold=None,
         )
-    engine = create_engine(
-        url,
-        pool_size=kept,
-        max_overflow=extra,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+
+    return connect
+
+
+def _sqlite_connection(path: Path) -> Any:
+    import sqlite3  # noqa: PLC0415
+
+    # Autocommit at the driver (isolation_level None): the store sends BEGIN IMMEDIATE
+    # itself, where pysqlite's deferred BEGIN deadlocks two writers upgrading from a read
+    # lock.
+    raw = sqlite3.connect(
+        str(path), timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
     )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's begin event issue BEGIN IMMEDIATE instead of pysqlite's
-        # deferred BEGIN, which deadlocks two writers upgrading from a read lock.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = FULL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
-def dialect_insert(dialect: str, table: Any) -> Any:
-    """PostgreSQL's or SQLite's INSERT (ON CONFLICT), importing only the one in use: a
-    command on SQLite need not load PostgreSQL's dialect (and the reverse)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert  # noqa: PLC0415
-
-        return insert(table)
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # noqa: PLC0415
-
-    return sqlite_insert(table)
+    raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute("PRAGMA synchronous = FULL")
+    return raw

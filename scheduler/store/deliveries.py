@@ -13,25 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Select,
-    and_,
-    case,
-    delete,
-    exists,
-    func,
-    or_,
-    select,
-    tuple_,
-    update,
-)
-
 from scheduler.model import Event
 from scheduler.states import Delivery, EventKind
 from scheduler.store.database import Database
-from scheduler.store.events import trim
-from scheduler.store.schema import events, items
+from scheduler.store.events import EVENTS, trim
 
 
 @dataclass(frozen=True)
@@ -49,28 +34,10 @@ class EventRow:
     last_error: str | None
 
 
-_COLUMNS = [
-    events.c[name]
-    for name in (
-        "job",
-        "period",
-        "kind",
-        "subject",
-        "run_id",
-        "attempt",
-        "reason",
-        "detail",
-        "created_at",
-        "state",
-        "tries",
-        "next_try_at",
-        "taken_by",
-        "taken_until",
-        "delivered_at",
-        "delivered_to",
-        "last_error",
-    )
-]
+_COLUMNS = (
+    "job, period, kind, subject, run_id, attempt, reason, detail, created_at, state, tries,"
+    " next_try_at, taken_by, taken_until, delivered_at, delivered_to, last_error"
+)
 
 
 def _row(row: Any) -> EventRow:
@@ -98,52 +65,52 @@ def _row(row: Any) -> EventRow:
     )
 
 
-def _free(database: Database) -> Any:
-    return or_(events.c.taken_until.is_(None), events.c.taken_until < database.now())
+def _free(database: Database) -> str:
+    return f"(taken_until IS NULL OR taken_until < {database.now})"
 
 
 def due(database: Database, jobs: Collection[str], limit: int = 50) -> list[EventRow]:
     """Pending events whose next try has come and that no live delivery holds, oldest
     first, of the jobs given (a node delivers only what its own hooks know of)."""
-    statement = (
-        select(*_COLUMNS)
-        .where(
-            events.c.state == Delivery.PENDING.value,
-            events.c.next_try_at <= database.now(),
-            _free(database),
-        )
-        .order_by(events.c.next_try_at, events.c.created_at)
-        .limit(limit * 10)
-    )
+    statement = f"""
+        SELECT {_COLUMNS} FROM {EVENTS}
+        WHERE state = 'pending' AND next_try_at <= {database.now} AND {_free(database)}
+        ORDER BY next_try_at, created_at LIMIT :limit
+    """
     known = set(jobs)
     with database.transaction() as connection:
-        rows = [_row(row) for row in connection.execute(statement)]
+        rows = [_row(row) for row in connection.execute(statement, {"limit": limit * 10})]
     return [row for row in rows if row.event.job in known][:limit]
 
 
-def _key(event: Event) -> Any:
-    return and_(
-        events.c.job == event.job,
-        events.c.period == event.period,
-        events.c.kind == event.kind.value,
-        events.c.subject == event.subject,
-    )
+# The event's key (parameters from `_key`).
+_KEY_SQL = "job = :job AND period = :period AND kind = :kind AND subject = :subject"
+
+
+def _key(event: Event) -> dict[str, Any]:
+    return {
+        "job": event.job,
+        "period": event.period,
+        "kind": event.kind.value,
+        "subject": event.subject,
+    }
 
 
 def take(database: Database, row: EventRow, node_id: str, hold_seconds: float) -> bool:
     """Take the event's next delivery try for this node; False if another node has it."""
-    statement = (
-        update(events)
-        .where(
-            _key(row.event),
-            events.c.state == Delivery.PENDING.value,
-            events.c.tries == row.tries,
-            _free(database),
-        )
-        .values(taken_by=node_id, taken_until=database.now_plus(hold_seconds), tries=row.tries + 1)
-    )
+    until, parameters = database.after("hold_s", hold_seconds)
+    statement = f"""
+        UPDATE {EVENTS} SET taken_by = :node, taken_until = {until}, tries = :next_tries
+        WHERE {_KEY_SQL} AND state = 'pending' AND tries = :tries AND {_free(database)}
+    """
+    parameters |= {
+        **_key(row.event),
+        "node": node_id,
+        "tries": row.tries,
+        "next_tries": row.tries + 1,
+    }
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, parameters).rowcount == 1
 
 
 def settle(
@@ -158,24 +125,33 @@ def settle(
 ) -> bool:
     """Record how the try this node took went: fenced on (node, tries), so a node whose
     hold ran out and was overtaken changes nothing."""
-    values: dict[str, Any] = {
+    values = [
+        "state = :state",
+        "delivered_to = :delivered_to",
+        "last_error = :last_error",
+        "taken_by = NULL",
+        "taken_until = NULL",
+    ]
+    parameters: dict[str, Any] = {
+        **_key(row.event),
         "state": state.value,
         "delivered_to": "\n".join(delivered_to) or None,
         "last_error": trim(error) if error else None,
-        "taken_by": None,
-        "taken_until": None,
+        "node": node_id,
+        "tries": row.tries + 1,
     }
     if state is Delivery.DELIVERED:
-        values["delivered_at"] = database.now()
+        values.append(f"delivered_at = {database.now}")
     if retry_in is not None:
-        values["next_try_at"] = database.now_plus(retry_in)
-    statement = (
-        update(events)
-        .where(_key(row.event), events.c.taken_by == node_id, events.c.tries == row.tries + 1)
-        .values(**values)
-    )
+        later, more = database.after("retry_in", retry_in)
+        values.append(f"next_try_at = {later}")
+        parameters |= more
+    statement = f"""
+        UPDATE {EVENTS} SET {", ".join(values)}
+        WHERE {_KEY_SQL} AND taken_by = :node AND tries = :tries
+    """
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, parameters).rowcount == 1
 
 
 def recent(
@@ -187,68 +163,63 @@ def recent(
     limit: int = 50,
 ) -> list[EventRow]:
     """The newest events, of one job (and period) or of every job, in one state or all."""
-    statement = select(*_COLUMNS).order_by(events.c.created_at.desc(), events.c.job).limit(limit)
+    conditions = ["TRUE"]
     if job is not None:
-        statement = statement.where(events.c.job == job)
+        conditions.append("job = :job")
     if period is not None:
-        statement = statement.where(events.c.period == period)
+        conditions.append("period = :period")
     if state is not None:
-        statement = statement.where(events.c.state == state.value)
+        conditions.append("state = :state")
+    statement = f"""
+        SELECT {_COLUMNS} FROM {EVENTS} WHERE {" AND ".join(conditions)}
+        ORDER BY created_at DESC, job LIMIT :limit
+    """
+    parameters = {
+        "job": job,
+        "period": period,
+        "state": state.value if state else None,
+        "limit": limit,
+    }
     with database.transaction() as connection:
-        return [_row(row) for row in connection.execute(statement)]
+        return [_row(row) for row in connection.execute(statement, parameters)]
 
 
 def count_by_state(database: Database) -> dict[str, int]:
-    statement = select(events.c.state, func.count()).group_by(events.c.state)
+    statement = f"SELECT state, count(*) FROM {EVENTS} GROUP BY state"
     with database.transaction() as connection:
         return {state: int(count) for state, count in connection.execute(statement)}
 
 
-def _prunable(cutoff: datetime) -> Any:
-    """Settled before the cutoff; a stuck item's event stays while the item is still
-    claimed (the once-a-minute look would otherwise record, and send, it again)."""
-    still_stuck = exists().where(
-        items.c.job == events.c.job,
-        items.c.key == events.c.subject,
-        items.c.state == "claimed",
-    )
-    return and_(
-        events.c.created_at < cutoff,
-        events.c.state != Delivery.PENDING.value,
-        or_(events.c.kind != EventKind.STUCK_ITEM.value, ~still_stuck),
-    )
+def _prunable() -> str:
+    """Settled before the cutoff (`:cutoff`); a stuck item's event stays while the item
+    is still claimed (the once-a-minute look would otherwise record, and send, it again)."""
+    return f"""(created_at < :cutoff AND state <> 'pending'
+        AND (kind <> '{EventKind.STUCK_ITEM.value}' OR NOT EXISTS (
+            SELECT 1 FROM scheduler_items AS item
+            WHERE item.job = {EVENTS}.job AND item.key = {EVENTS}.subject
+              AND item.state = 'claimed')))"""
 
 
 def prune(database: Database, cutoff: datetime, batch: int, *, dry_run: bool = False) -> int:
     """Delete (or count) one batch of settled events from before the cutoff."""
     if dry_run:
         with database.transaction() as connection:
-            statement = select(func.count()).select_from(events).where(_prunable(cutoff))
-            return int(connection.execute(statement).scalar_one())
-    key = tuple_(events.c.job, events.c.period, events.c.kind, events.c.subject)
-    chosen = (
-        select(events.c.job, events.c.period, events.c.kind, events.c.subject)
-        .where(_prunable(cutoff))
-        .limit(batch)
-    )
+            statement = f"SELECT count(*) FROM {EVENTS} WHERE {_prunable()}"
+            return int(connection.execute(statement, {"cutoff": cutoff}).scalar())
+    statement = f"""
+        DELETE FROM {EVENTS} WHERE (job, period, kind, subject) IN (
+            SELECT job, period, kind, subject FROM {EVENTS} WHERE {_prunable()} LIMIT :batch)
+    """
     with database.transaction() as connection:
-        return connection.execute(delete(events).where(key.in_(chosen))).rowcount
+        return connection.execute(statement, {"cutoff": cutoff, "batch": batch}).rowcount
 
 
-def next_due_on(database: Database, connection: Connection) -> float | None:
-    """Seconds until the earliest pending event may be tried (its next try, or the end
-    of the hold a delivering node has on it), by the database clock; negative when it
-    has come; None when nothing is pending. For the heartbeat's read."""
-    statement = select(next_due_query().scalar_subquery(), database.now())
-    return seconds_to(*connection.execute(statement).one())
-
-
-def next_due_query() -> Select[Any]:
-    free_at = case(
-        (events.c.taken_until > events.c.next_try_at, events.c.taken_until),
-        else_=events.c.next_try_at,
-    )
-    return select(func.min(free_at)).where(events.c.state == Delivery.PENDING.value)
+def next_due_query() -> str:
+    """When the earliest pending event may be tried: its next try, or the end of the
+    hold a delivering node has on it."""
+    return f"""SELECT min(CASE WHEN taken_until > next_try_at THEN taken_until
+                              ELSE next_try_at END) AS free_at
+               FROM {EVENTS} WHERE state = 'pending'"""
 
 
 def seconds_to(moment: datetime | None, now: datetime) -> float | None:
@@ -258,6 +229,6 @@ def seconds_to(moment: datetime | None, now: datetime) -> float | None:
 
 
 def _as_utc(moment: datetime | str) -> datetime:
-    if isinstance(moment, str):  # aggregates lose the column type on SQLite
+    if isinstance(moment, str):  # an instant from SQLite's text, where it came back untyped
         moment = datetime.fromisoformat(moment)
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
-
 from scheduler.instants import utc_text
 from scheduler.model import Claim, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
-from scheduler.store.database import Database
-from scheduler.store.schema import events
+from scheduler.store.database import Connection, Database
 from scheduler.store.wakeups import Wake, notify_on
+
+EVENTS = "scheduler_events"
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
 # Skips an operator asked for (a pause) are not news to anyone.
@@ -69,7 +68,7 @@ def trim(text: str) -> str:
 
 
 def _values(
-    database: Database, job: str, period: datetime, candidate: Candidate, attempt: int | None
+    job: str, period: datetime, candidate: Candidate, attempt: int | None
 ) -> dict[str, Any]:
     return {
         "job": job,
@@ -80,11 +79,17 @@ def _values(
         "attempt": attempt,
         "reason": candidate.reason,
         "detail": candidate.detail,
-        "created_at": database.now(),
-        "state": Delivery.PENDING.value,
-        "tries": 0,
-        "next_try_at": database.now(),
     }
+
+
+def _insert_sql(database: Database) -> str:
+    return f"""
+        INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, reason, detail,
+                              created_at, state, tries, next_try_at)
+        VALUES (:job, :period, :kind, :subject, :run_id, :attempt, :reason, :detail,
+                {database.now}, '{Delivery.PENDING.value}', 0, {database.now})
+        ON CONFLICT DO NOTHING
+    """
 
 
 def insert(
@@ -95,13 +100,9 @@ def insert(
     """Insert events (job, period, attempt, candidate) inside the caller's transaction;
     one already there is left alone. The nodes are told at its commit (`Wake.ALERT`)."""
     born = 0
+    statement = _insert_sql(database)
     for job, period, attempt, candidate in rows:
-        statement = (
-            database.insert(events)
-            .values(**_values(database, job, period, candidate, attempt))
-            .on_conflict_do_nothing()
-        )
-        born += connection.execute(statement).rowcount or 0
+        born += connection.execute(statement, _values(job, period, candidate, attempt)).rowcount
     if born:
         notify_on(database, connection, Wake.ALERT)
 
@@ -109,17 +110,15 @@ def insert(
 def failed_before(connection: Connection, claim: Claim) -> bool:
     """Whether the job's newest `failed` or `recovered` event before this period is a
     `failed` one (SQLite's form of the test PostgreSQL's finish statement makes)."""
-    statement = (
-        select(events.c.kind)
-        .where(
-            events.c.job == claim.job,
-            events.c.period < claim.period,
-            events.c.kind.in_([EventKind.FAILED.value, EventKind.RECOVERED.value]),
-        )
-        .order_by(events.c.period.desc(), events.c.kind)
-        .limit(1)
-    )
-    return connection.execute(statement).scalar() == EventKind.FAILED.value
+    kind = connection.execute(
+        f"""
+        SELECT kind FROM {EVENTS}
+        WHERE job = :job AND period < :period AND kind IN ('failed', 'recovered')
+        ORDER BY period DESC, kind LIMIT 1
+        """,
+        {"job": claim.job, "period": claim.period},
+    ).scalar()
+    return bool(kind == EventKind.FAILED.value)
 
 
 def finished(database: Database, connection: Connection, outcome: Finish) -> None:

@@ -13,21 +13,19 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, literal_column, or_, text
-
 from scheduler.model import Claim, lock_key
-from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
-from scheduler.store.database import Database
-from scheduler.store.schema import runs
+from scheduler.states import ACTIVE_STATUSES, RunStatus
+from scheduler.store.database import Connection, Database
 
+RUNS = "scheduler_runs"
 ACTIVE = [status.value for status in ACTIVE_STATUSES]
 # Statuses a run may leave again through `retry_at`.
 RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDONED.value]
-# The active statuses as SQL literals, for statements written as text.
+# The active statuses as SQL literals.
 ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+RETRYABLE_SQL = ", ".join(f"'{status}'" for status in RETRYABLE)
 # A run occupies its job, so that a period falling due meanwhile is skipped (or queued)
 # for overlap, while it is claimed or running, or timed out with its function still
 # running, under a live lease, and is on time: a dead holder (its lease ran out, or was
@@ -38,40 +36,29 @@ ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 # earlier period occupies a period (the claim statements compare the periods): P fell
 # due before P+1 existed, so a P claimed late as a peer's leftover, after P+1, runs
 # (oldest first) instead of being skipped behind P+1. `other` is the occupying run's
-# alias.
-OCCUPYING_SQL = (
-    f"(other.status IN ({ACTIVE_SQL}, 'timed_out')"
-    " AND other.lease_expires_at > statement_timestamp()"
-    " AND NOT (other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1)))"
-)
+# alias; `now` the database clock's SQL.
 
 
-def mine(claim: Claim, table: Any = runs) -> ColumnElement[bool]:
-    """The row is this attempt's, as claimed: same id, attempt and holder."""
-    return and_(
-        table.c.id == claim.id,
-        table.c.attempt == claim.attempt,
-        table.c.holder == claim.holder,
+def occupying_sql(now: str) -> str:
+    return (
+        f"(other.status IN ({ACTIVE_SQL}, 'timed_out')"
+        f" AND other.lease_expires_at > {now}"
+        " AND NOT (other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1)))"
     )
 
 
-def fenced(claim: Claim, table: Any = runs) -> ColumnElement[bool]:
-    """The row is this attempt's and still active: every write about a run needs this."""
-    return and_(mine(claim, table), table.c.status.in_(ACTIVE))
+OCCUPYING_SQL = occupying_sql("statement_timestamp()")
+
+# The row is this attempt's, as claimed: same id, attempt and holder (parameters from
+# `fence_params`).
+MINE_SQL = "id = :fence_id AND attempt = :fence_attempt AND holder = :fence_holder"
+# The row is this attempt's and still active: every write about a run needs this.
+FENCED_SQL = f"{MINE_SQL} AND status IN ({ACTIVE_SQL})"
 
 
-def occupying(other: Any, now: ColumnElement[datetime]) -> ColumnElement[bool]:
-    """OCCUPYING_SQL for statements built with SQLAlchemy Core (`other` an alias)."""
-    statuses = [*ACTIVE, RunStatus.TIMED_OUT.value]
-    late = or_(
-        other.c.origin == Origin.CATCHUP.value,
-        and_(other.c.origin == Origin.SCHEDULE.value, other.c.attempt > 1),
-    )
-    return and_(
-        other.c.status.in_([literal_column(f"'{status}'") for status in statuses]),
-        other.c.lease_expires_at > now,
-        ~late,
-    )
+def fence_params(claim: Claim) -> dict[str, Any]:
+    """The parameters of MINE_SQL and FENCED_SQL."""
+    return {"fence_id": claim.id, "fence_attempt": claim.attempt, "fence_holder": claim.holder}
 
 
 def fence_of(claim: Claim) -> tuple[str, int, str]:
@@ -95,8 +82,6 @@ def lock_jobs(database: Database, connection: Connection, jobs: Collection[str])
         return
     keys = sorted({lock_key(job) for job in jobs})
     connection.execute(
-        text(
-            "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k"
-        ),
+        "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k",
         {"keys": keys},
     )

@@ -17,14 +17,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select, text, update
-
 from scheduler.model import Claim, Delivery, QueueRequest, Refusal, Started
 from scheduler.states import RunStatus
-from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE, fence_arrays, fence_of, mine
-from scheduler.store.schema import runs
-from scheduler.store.writes import startable
+from scheduler.store.database import Connection, Database
+from scheduler.store.fence import ACTIVE, MINE_SQL, RUNS, fence_arrays, fence_of, fence_params
+from scheduler.store.writes import startable, startable_params
 
 
 def queue(database: Database, requests: Sequence[QueueRequest]) -> list[Started]:
@@ -42,19 +39,19 @@ def queue(database: Database, requests: Sequence[QueueRequest]) -> list[Started]
 
 def _queue_one(database: Database, connection: Connection, request: QueueRequest) -> Started:
     claim = request.claim
-    statement = (
-        update(runs)
-        .where(*startable(database, claim, in_turn=request.in_turn))
-        .values(
-            status=RunStatus.QUEUED.value,
-            queued_at=database.now(),
-            queue=request.queue,
-            lease_expires_at=database.lease_until(request.deadline_s),
-        )
-    )
-    if connection.execute(statement).rowcount == 1:
+    lease, leased = database.lease("deadline_s", request.deadline_s)
+    statement = f"""
+        UPDATE {RUNS} SET status = 'queued', queued_at = {database.now}, queue = :queue,
+            lease_expires_at = {lease}
+        WHERE {startable(database, in_turn=request.in_turn)}
+    """
+    parameters = {**startable_params(claim), **leased, "queue": request.queue}
+    if connection.execute(statement, parameters).rowcount == 1:
         return Started.STARTED
-    status = connection.execute(select(runs.c.status).where(mine(claim))).scalar()
+    status = connection.execute(
+        f"SELECT status FROM {RUNS} WHERE {MINE_SQL}",
+        fence_params(claim),
+    ).scalar()
     if status == RunStatus.QUEUED.value:
         return Started.STARTED
     if status == RunStatus.CLAIMED.value and request.in_turn:
@@ -62,9 +59,8 @@ def _queue_one(database: Database, connection: Connection, request: QueueRequest
     return Started.LOST
 
 
-_QUEUE_POSTGRES = text(
-    f"""
-    UPDATE {runs.name} AS run SET status = 'queued', queued_at = statement_timestamp(),
+_QUEUE_POSTGRES = f"""
+    UPDATE {RUNS} AS run SET status = 'queued', queued_at = statement_timestamp(),
         queue = wanted.queue,
         lease_expires_at = clock_timestamp() + make_interval(secs => wanted.deadline)
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
@@ -76,24 +72,21 @@ _QUEUE_POSTGRES = text(
       AND (run.status = 'claimed') IS TRUE
       AND run.lease_expires_at > statement_timestamp()
       AND NOT (wanted.in_turn AND EXISTS (
-          SELECT FROM {runs.name} AS other
+          SELECT FROM {RUNS} AS other
           WHERE other.job = run.job AND other.id <> run.id
             AND other.lease_expires_at > statement_timestamp()
             AND (other.status IN ('queued', 'running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period))))
     RETURNING run.id, run.attempt, run.holder
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
+"""
 
-_STATUS_POSTGRES = text(
-    f"""
-    SELECT run.id, run.attempt, run.holder, run.status FROM {runs.name} AS run
+_STATUS_POSTGRES = f"""
+    SELECT run.id, run.attempt, run.holder, run.status FROM {RUNS} AS run
     JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
          AS wanted(id, attempt, holder)
       ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
     WHERE run.id = ANY(CAST(:ids AS TEXT[]))
-    """  # noqa: S608 - table names are our constants; values are parameters
-)
+"""
 
 
 def _queue_postgres(connection: Connection, requests: Sequence[QueueRequest]) -> list[Started]:
@@ -126,16 +119,15 @@ def _queue_postgres(connection: Connection, requests: Sequence[QueueRequest]) ->
 def unsend(database: Database, claim: Claim, after: float) -> bool:
     """The message could not be sent: end the queued lease `after` seconds from now, so
     that a node retakes the run and sends it again then. Fenced like any write."""
+    lease, leased = database.lease("after_s", after)
     statement = (
-        update(runs)
-        .where(mine(claim), runs.c.status == RunStatus.QUEUED.value)
-        .values(lease_expires_at=database.lease_until(after))
+        f"UPDATE {RUNS} SET lease_expires_at = {lease} WHERE {MINE_SQL} AND status = 'queued'"
     )
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {**fence_params(claim), **leased}).rowcount == 1
 
 
-_TAKEN = (runs.c.lease_seconds, runs.c.started_attempts, runs.c.queued_at, runs.c.started_at)
+_TAKEN = "lease_seconds, started_attempts, queued_at, started_at"
 
 
 def take(database: Database, sent: Claim, holder: str) -> Delivery:
@@ -150,37 +142,32 @@ def take(database: Database, sent: Claim, holder: str) -> Delivery:
 def _take(
     database: Database, connection: Connection, sent: Claim, holder: str, began: float
 ) -> Delivery:
-    lease: Any = runs.c.lease_seconds
-    if not database.arrays:  # this host computes SQLite's times, a value at a time
-        lease = connection.execute(select(lease).where(runs.c.id == sent.id)).scalar()
-        if lease is None:
+    parameters: dict[str, Any] = {**fence_params(sent), "holder": holder}
+    if database.server_clock:
+        lease = database.lease_until("lease_seconds")
+    else:  # this host computes SQLite's times, a value at a time
+        seconds = connection.execute(
+            f"SELECT lease_seconds FROM {RUNS} WHERE id = :id",
+            {"id": sent.id},
+        ).scalar()
+        if seconds is None:
             return Delivery(None, Refusal.GONE)
-    statement = (
-        update(runs)
-        .where(
-            mine(sent),
-            runs.c.status == RunStatus.QUEUED.value,
-            runs.c.lease_expires_at > database.now(),
-        )
-        .values(
-            status=RunStatus.RUNNING.value,
-            holder=holder,
-            started_at=database.now(),
-            started_attempts=runs.c.started_attempts + 1,
-            lease_expires_at=database.lease_until(lease),
-        )
-        .returning(*_TAKEN)
-    )
-    row = connection.execute(statement).first()
+        lease, leased = database.lease("lease_s", seconds)
+        parameters |= leased
+    statement = f"""
+        UPDATE {RUNS} SET status = 'running', holder = :holder, started_at = {database.now},
+            started_attempts = started_attempts + 1, lease_expires_at = {lease}
+        WHERE {MINE_SQL} AND status = 'queued' AND lease_expires_at > {database.now}
+        RETURNING {_TAKEN}
+    """
+    row = connection.execute(statement, parameters).first()
     if row is not None:
         return _taken(sent, holder, began, row)
     again = connection.execute(
-        select(*_TAKEN).where(
-            runs.c.id == sent.id,
-            runs.c.attempt == sent.attempt,
-            runs.c.holder == holder,
-            runs.c.status == RunStatus.RUNNING.value,
-        )
+        f"""SELECT {_TAKEN} FROM {RUNS}
+            WHERE id = :id AND attempt = :attempt AND holder = :holder
+              AND status = 'running'""",
+        {"id": sent.id, "attempt": sent.attempt, "holder": holder},
     ).first()
     if again is not None:
         return _taken(sent, holder, began, again)
@@ -208,12 +195,9 @@ def _taken(sent: Claim, holder: str, began: float, row: Any) -> Delivery:
 def _refusal(database: Database, connection: Connection, sent: Claim) -> Delivery:
     """Why a delivery may not start: what the run's row shows now."""
     row = connection.execute(
-        select(
-            runs.c.attempt,
-            runs.c.holder,
-            runs.c.status,
-            (runs.c.lease_expires_at > database.now()).label("live"),
-        ).where(runs.c.id == sent.id)
+        f"""SELECT attempt, holder, status, lease_expires_at > {database.now} AS live
+            FROM {RUNS} WHERE id = :id""",
+        {"id": sent.id},
     ).first()
     if row is None:
         return Delivery(None, Refusal.GONE)

@@ -14,26 +14,14 @@ from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Exists,
-    and_,
-    delete,
-    exists,
-    func,
-    literal,
-    null,
-    select,
-    true,
-    update,
-)
-
 from scheduler.model import Claim
 from scheduler.states import EventKind
-from scheduler.store.database import Database, dialect_insert
-from scheduler.store.fence import ACTIVE, fenced
-from scheduler.store.schema import events, items, runs
+from scheduler.store.connection import ForeignConnection
+from scheduler.store.database import Connection, Database
+from scheduler.store.events import EVENTS
+from scheduler.store.fence import ACTIVE_SQL, FENCED_SQL, RUNS, fence_params
+
+ITEMS = "scheduler_items"
 
 
 class ItemState(StrEnum):
@@ -50,18 +38,22 @@ class Taken(Enum):
 
 
 def job_connection(connection: object) -> Connection:
-    """The Connection behind what a job passed as `connection=`: a Connection or a Session."""
-    if isinstance(connection, Connection):
-        return connection
-    # A Session's job has imported the ORM; the store need not (it costs a node's start).
+    """The store's connection over what a job passed as `connection=` (a SQLAlchemy
+    Connection or Session), inside the job's own transaction. SQLAlchemy is the job's:
+    the store finds its classes only if the job has loaded them."""
+    engine = sys.modules.get("sqlalchemy.engine")
     orm = sys.modules.get("sqlalchemy.orm")
     if orm is not None and isinstance(connection, orm.Session):
-        inner: Connection = connection.connection()
-        return inner
-    raise TypeError(
-        "connection= takes a SQLAlchemy Connection or Session, "
-        f"got {type(connection).__module__}.{type(connection).__qualname__}"
-    )
+        connection = connection.connection()
+    if engine is None or not isinstance(connection, engine.Connection):
+        raise TypeError(
+            "connection= takes a SQLAlchemy Connection or Session, "
+            f"got {type(connection).__module__}.{type(connection).__qualname__}"
+        )
+    backend = connection.dialect.name
+    if backend not in ("postgresql", "sqlite"):
+        raise TypeError(f"connection= is on {backend}, not on the scheduler's database")
+    return ForeignConnection(connection, backend)
 
 
 def claim(
@@ -79,85 +71,54 @@ def claim(
     """
     if connection is None:
         with database.transaction() as own:
-            return _claim(database.now(), own, owner, key, state)
-    return _claim(_now(connection), connection, owner, key, state)
+            return _claim(own, owner, key, state)
+    return _claim(connection, owner, key, state)
 
 
-def _claim(
-    now: ColumnElement[datetime], connection: Connection, owner: Claim, key: str, state: ItemState
-) -> Taken:
-    source = select(
-        runs.c.job,
-        literal(key),
-        literal(state.value),
-        runs.c.period,
-        runs.c.id,
-        runs.c.attempt,
-        runs.c.holder,
-        now,
-        now if state is ItemState.DONE else null(),
-    ).where(fenced(owner))
-    statement = (
-        _insert(connection)
-        .from_select(
-            [
-                "job",
-                "key",
-                "state",
-                "period",
-                "run_id",
-                "attempt",
-                "node",
-                "claimed_at",
-                "done_at",
-            ],
-            source,
-        )
-        .on_conflict_do_nothing(index_elements=["job", "key"])
-        .returning(items.c.key)
-    )
-    if connection.execute(statement).first() is not None:
+def _claim(connection: Connection, owner: Claim, key: str, state: ItemState) -> Taken:
+    # The clock of the database the connection is on: the server's, or this host's.
+    now = "statement_timestamp()" if connection.is_postgres else ":now"
+    done = now if state is ItemState.DONE else "NULL"
+    statement = f"""
+        INSERT INTO {ITEMS} (job, key, state, period, run_id, attempt, node, claimed_at,
+                             done_at)
+        SELECT job, :key, :state, period, id, attempt, holder, {now}, {done}
+        FROM {RUNS} WHERE {FENCED_SQL}
+        ON CONFLICT (job, key) DO NOTHING
+        RETURNING key
+    """
+    parameters = {**fence_params(owner), "key": key, "state": state.value}
+    if connection.execute(statement, parameters).first() is not None:
         return Taken.FRESH
-    still_ours = connection.execute(select(runs.c.id).where(fenced(owner))).first()
+    still_ours = connection.execute(
+        f"SELECT id FROM {RUNS} WHERE {FENCED_SQL}",
+        fence_params(owner),
+    ).first()
     return Taken.SEEN if still_ours else Taken.LOST
 
 
-def _insert(connection: Connection) -> Any:
-    dialect = connection.dialect.name
-    return dialect_insert(dialect, items)
+# The item as this attempt claimed it, not yet done (parameters from `_own`).
+_OWN_SQL = (
+    "job = :job AND key = :key AND run_id = :run_id AND attempt = :attempt AND state = 'claimed'"
+)
 
 
-def _now(connection: Connection) -> ColumnElement[datetime]:
-    """The database clock, through the job's own engine."""
-    return Database(connection.engine).now()
-
-
-def _own(owner: Claim, key: str) -> list[ColumnElement[bool]]:
-    """The item as this attempt claimed it, not yet done."""
-    return [
-        items.c.job == owner.job,
-        items.c.key == key,
-        items.c.run_id == owner.id,
-        items.c.attempt == owner.attempt,
-        items.c.state == ItemState.CLAIMED.value,
-    ]
+def _own(owner: Claim, key: str) -> dict[str, Any]:
+    return {"job": owner.job, "key": key, "run_id": owner.id, "attempt": owner.attempt}
 
 
 def complete(database: Database, owner: Claim, key: str) -> bool:
     """Mark an item this attempt claimed as done; False if it is not ours any more."""
-    statement = (
-        update(items)
-        .where(*_own(owner, key))
-        .values(state=ItemState.DONE.value, done_at=database.now())
-    )
+    statement = f"UPDATE {ITEMS} SET state = 'done', done_at = {database.now} WHERE {_OWN_SQL}"
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, _own(owner, key)).rowcount == 1
 
 
 def release(database: Database, owner: Claim, key: str) -> bool:
     """Forget an item this attempt claimed but did not finish, so a retry may redo it."""
     with database.transaction() as connection:
-        return connection.execute(delete(items).where(*_own(owner, key))).rowcount == 1
+        statement = f"DELETE FROM {ITEMS} WHERE {_OWN_SQL}"
+        return connection.execute(statement, _own(owner, key)).rowcount == 1
 
 
 # -- what operators see and do ------------------------------------------------------
@@ -183,29 +144,28 @@ class ItemRow:
         return self.state == ItemState.CLAIMED and not self.in_progress
 
 
-def _claimer_active() -> ColumnElement[bool]:
-    return exists().where(
-        runs.c.id == items.c.run_id,
-        runs.c.attempt == items.c.attempt,
-        runs.c.status.in_(ACTIVE),
-    )
+# The attempt that claimed the item (`item`, the items table's alias) still holds its run.
+_CLAIMER_ACTIVE = f"""EXISTS (
+    SELECT 1 FROM {RUNS} AS run
+    WHERE run.id = item.run_id AND run.attempt = item.attempt
+      AND run.status IN ({ACTIVE_SQL}))"""
+_STUCK = f"(item.state = 'claimed' AND NOT {_CLAIMER_ACTIVE})"
 
 
 def unreported_stuck_on(connection: Connection) -> bool:
     """Whether an item is stuck that no `stuck_item` event tells of yet (the heartbeat
     asks, so that the alert thread need not look every minute)."""
-    return connection.execute(select(unreported_stuck_query())).scalar_one() is True
+    return bool(connection.execute(f"SELECT {unreported_stuck_query()}").scalar())
 
 
-def unreported_stuck_query() -> Exists:
-    reported = exists().where(
-        events.c.job == items.c.job,
-        events.c.period == items.c.period,
-        events.c.kind == EventKind.STUCK_ITEM.value,
-        events.c.subject == func.substr(items.c.key, 1, 500),
-    )
-    stuck = and_(items.c.state == ItemState.CLAIMED.value, ~_claimer_active(), ~reported)
-    return exists().where(stuck)
+def unreported_stuck_query() -> str:
+    """An EXISTS: some item is stuck and no `stuck_item` event tells of it yet."""
+    reported = f"""EXISTS (
+        SELECT 1 FROM {EVENTS} AS event
+        WHERE event.job = item.job AND event.period = item.period
+          AND event.kind = '{EventKind.STUCK_ITEM.value}'
+          AND event.subject = substr(item.key, 1, 500))"""
+    return f"EXISTS (SELECT 1 FROM {ITEMS} AS item WHERE {_STUCK} AND NOT {reported})"
 
 
 def list_items(
@@ -213,58 +173,63 @@ def list_items(
 ) -> list[ItemRow]:
     """A job's items (every job's for None), most recently claimed first; `stuck_only`
     keeps the stuck ones."""
-    conditions = []
+    conditions = ["TRUE"]
     if job is not None:
-        conditions.append(items.c.job == job)
+        conditions.append("item.job = :job")
     if stuck_only:
-        conditions.append(and_(items.c.state == ItemState.CLAIMED.value, ~_claimer_active()))
-    return list_items_where(database, and_(true(), *conditions), limit)
+        conditions.append(_STUCK)
+    return list_items_where(database, " AND ".join(conditions), {"job": job}, limit)
 
 
 def list_items_where(
-    database: Database, condition: ColumnElement[bool], limit: int
+    database: Database, condition: str, parameters: dict[str, Any], limit: int
 ) -> list[ItemRow]:
-    """Items that meet the condition, most recently claimed first."""
-    statement = (
-        select(items, _claimer_active().label("in_progress"))
-        .where(condition)
-        .order_by(items.c.claimed_at.desc(), items.c.job, items.c.key)
-        .limit(limit)
-    )
+    """Items that meet the condition (SQL on `item`), most recently claimed first."""
+    statement = f"""
+        SELECT {_ITEM_COLUMNS}, {_CLAIMER_ACTIVE} AS in_progress FROM {ITEMS} AS item
+        WHERE {condition}
+        ORDER BY item.claimed_at DESC, item.job, item.key LIMIT :limit
+    """
     with database.transaction() as connection:
-        return [_item(row._mapping) for row in connection.execute(statement)]
+        rows = connection.execute(statement, {**parameters, "limit": limit})
+        return [ItemRow(**row._asdict()) for row in rows]
+
+
+_ITEM_COLUMNS = ", ".join(
+    f"item.{name}" for name in ItemRow.__dataclass_fields__ if name != "in_progress"
+)
 
 
 def get_item(database: Database, job: str, key: str) -> ItemRow | None:
-    statement = select(items, _claimer_active().label("in_progress")).where(
-        items.c.job == job, items.c.key == key
-    )
+    statement = f"""
+        SELECT {_ITEM_COLUMNS}, {_CLAIMER_ACTIVE} AS in_progress FROM {ITEMS} AS item
+        WHERE item.job = :job AND item.key = :key
+    """
     with database.transaction() as connection:
-        row = connection.execute(statement).first()
-    return _item(row._mapping) if row else None
-
-
-def _item(row: Any) -> ItemRow:
-    return ItemRow(**{**row, "in_progress": bool(row["in_progress"])})
+        row = connection.execute(statement, {"job": job, "key": key}).first()
+    return ItemRow(**row._asdict()) if row else None
 
 
 def release_item(database: Database, job: str, key: str) -> bool:
     """Forget an item for good, unless the attempt that claimed it is still running."""
-    statement = delete(items).where(items.c.job == job, items.c.key == key, ~_claimer_active())
+    statement = f"""
+        DELETE FROM {ITEMS} WHERE job = :job AND key = :key AND NOT EXISTS (
+            SELECT 1 FROM {RUNS} AS run
+            WHERE run.id = {ITEMS}.run_id AND run.attempt = {ITEMS}.attempt
+              AND run.status IN ({ACTIVE_SQL}))
+    """
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {"job": job, "key": key}).rowcount == 1
 
 
 def mark_done(database: Database, job: str, key: str) -> bool:
     """Record a stuck item as done, after an operator checked that its effect happened."""
-    statement = (
-        update(items)
-        .where(
-            and_(items.c.job == job, items.c.key == key),
-            items.c.state == ItemState.CLAIMED.value,
-            ~_claimer_active(),
-        )
-        .values(state=ItemState.DONE.value, done_at=database.now())
-    )
+    statement = f"""
+        UPDATE {ITEMS} SET state = 'done', done_at = {database.now}
+        WHERE job = :job AND key = :key AND state = 'claimed' AND NOT EXISTS (
+            SELECT 1 FROM {RUNS} AS run
+            WHERE run.id = {ITEMS}.run_id AND run.attempt = {ITEMS}.attempt
+              AND run.status IN ({ACTIVE_SQL}))
+    """
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {"job": job, "key": key}).rowcount == 1

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-
-from sqlalchemy import case, or_, select, update
+from typing import Any
 
 from scheduler.model import JobRow, PauseRow
+from scheduler.store.connection import in_list
 from scheduler.store.database import Database
-from scheduler.store.schema import jobs, pauses
 from scheduler.store.wakeups import Wake, notify_on
+
+JOBS = "scheduler_jobs"
+PAUSES = "scheduler_pauses"
 
 
 @dataclass(frozen=True)
@@ -37,40 +39,81 @@ _POLICY_COLUMNS = (
 )
 
 
+# A schedule (cron or time zone) other than the stored one is a change of schedule. In
+# an upsert's SET every expression reads the row as it was.
+_CHANGED = f"({JOBS}.cron <> excluded.cron OR {JOBS}.timezone <> excluded.timezone)"
+
+
+def _upsert(database: Database, source: str) -> str:
+    now = database.now
+    return f"""
+        INSERT INTO {JOBS} (name, cron, timezone, lease_seconds, timeout_seconds, retries,
+                            alert_after_seconds, first_seen, last_seen, paused)
+        {source}
+        ON CONFLICT (name) DO UPDATE SET
+            cron = excluded.cron, timezone = excluded.timezone,
+            lease_seconds = excluded.lease_seconds,
+            timeout_seconds = excluded.timeout_seconds, retries = excluded.retries,
+            alert_after_seconds = excluded.alert_after_seconds, last_seen = {now},
+            schedule_changed_at = CASE WHEN {_CHANGED} THEN {now}
+                                       ELSE {JOBS}.schedule_changed_at END,
+            previous_cron = CASE WHEN {_CHANGED} THEN {JOBS}.cron
+                                 ELSE {JOBS}.previous_cron END,
+            previous_timezone = CASE WHEN {_CHANGED} THEN {JOBS}.timezone
+                                     ELSE {JOBS}.previous_timezone END
+    """
+
+
 def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> None:
     """Upsert each loaded job's schedule and policy, keeping `first_seen` and `paused`.
 
     A schedule (cron or time zone) other than the stored one is a change of schedule:
-    its instant and the schedule it replaced are kept, for catch-up.
+    its instant and the schedule it replaced are kept, for catch-up. On PostgreSQL the
+    definitions travel as arrays (one statement for 10,000 jobs).
     """
     if not definitions:
         return
-    now = database.now()
-    statement = database.insert(jobs).values(first_seen=now, last_seen=now, paused=False)
-    new = statement.excluded
-    changed = or_(jobs.c.cron != new.cron, jobs.c.timezone != new.timezone)
-    statement = statement.on_conflict_do_update(
-        index_elements=["name"],
-        set_={
-            **{column: new[column] for column in _POLICY_COLUMNS},
-            "last_seen": now,
-            "schedule_changed_at": case((changed, now), else_=jobs.c.schedule_changed_at),
-            "previous_cron": case((changed, jobs.c.cron), else_=jobs.c.previous_cron),
-            "previous_timezone": case((changed, jobs.c.timezone), else_=jobs.c.previous_timezone),
-        },
-    )
+    now = database.now
     with database.transaction() as connection:
-        connection.execute(statement, [asdict(definition) for definition in definitions])
+        if database.arrays:
+            connection.execute(
+                _upsert(
+                    database,
+                    f"""SELECT *, {now}, {now}, false FROM unnest(
+                        CAST(:name AS TEXT[]), CAST(:cron AS TEXT[]),
+                        CAST(:timezone AS TEXT[]), CAST(:lease_seconds AS FLOAT8[]),
+                        CAST(:timeout_seconds AS FLOAT8[]), CAST(:retries AS INT[]),
+                        CAST(:alert_after_seconds AS FLOAT8[]))""",
+                ),
+                {
+                    column: [getattr(definition, column) for definition in definitions]
+                    for column in ("name", *_POLICY_COLUMNS)
+                },
+            )
+            return
+        connection.execute_many(
+            _upsert(
+                database,
+                f"""VALUES (:name, :cron, :timezone, :lease_seconds, :timeout_seconds,
+                            :retries, :alert_after_seconds, {now}, {now}, FALSE)""",
+            ),
+            [asdict(definition) for definition in definitions],
+        )
+
+
+_JOB_COLUMNS = ", ".join(JobRow.__dataclass_fields__)
 
 
 def all_jobs(database: Database, names: Collection[str] | None = None) -> list[JobRow]:
     """Every job's row, or only those named (for a few: a long IN list costs more to
     send and plan than reading the whole table)."""
-    statement = select(jobs).order_by(jobs.c.name)
+    where, parameters = "", dict[str, Any]()
     if names is not None:
-        statement = statement.where(jobs.c.name.in_(sorted(names)))
+        listed, parameters = in_list("name", sorted(names))
+        where = f" WHERE name IN ({listed})"
+    statement = f"SELECT {_JOB_COLUMNS} FROM {JOBS}{where} ORDER BY name"
     with database.transaction() as connection:
-        return [JobRow(**row._mapping) for row in connection.execute(statement).all()]
+        return [JobRow(**row._asdict()) for row in connection.execute(statement, parameters)]
 
 
 def set_paused(database: Database, name: str, *, paused: bool) -> bool:
@@ -78,44 +121,47 @@ def set_paused(database: Database, name: str, *, paused: bool) -> bool:
 
     Each pause is also kept in `scheduler_pauses`, so that catch-up knows every pause,
     not only the latest."""
-    now = database.now()
-    values = {"paused": True, "paused_at": now} if paused else {"paused": False, "resumed_at": now}
-    statement = (
-        update(jobs)
-        .where(jobs.c.name == name, jobs.c.paused.is_(not paused))
-        .values(**values)
-        .returning(jobs.c.paused_at, jobs.c.resumed_at)
-    )
+    now = database.now
+    if paused:
+        change = f"paused = TRUE, paused_at = {now} WHERE name = :name AND NOT paused"
+    else:
+        change = f"paused = FALSE, resumed_at = {now} WHERE name = :name AND paused"
+    statement = f"UPDATE {JOBS} SET {change} RETURNING paused_at, resumed_at"
     with database.transaction() as connection:
-        changed = connection.execute(statement).first()
+        changed = connection.execute(statement, {"name": name}).first()
         if changed is not None:
             if paused:
-                connection.execute(pauses.insert().values(job=name, paused_at=changed.paused_at))
+                connection.execute(
+                    f"INSERT INTO {PAUSES} (job, paused_at) VALUES (:job, :paused_at)",
+                    {"job": name, "paused_at": changed.paused_at},
+                )
             else:
                 connection.execute(
-                    update(pauses)
-                    .where(pauses.c.job == name, pauses.c.resumed_at.is_(None))
-                    .values(resumed_at=changed.resumed_at)
+                    f"""UPDATE {PAUSES} SET resumed_at = :resumed_at
+                        WHERE job = :job AND resumed_at IS NULL""",
+                    {"job": name, "resumed_at": changed.resumed_at},
                 )
                 # Retries of a paused job wait for its resume: they may be due now.
                 notify_on(database, connection, Wake.RECOVERY)
             return True
-        return (
-            connection.execute(select(jobs.c.name).where(jobs.c.name == name)).first() is not None
+        found = connection.execute(
+            f"SELECT name FROM {JOBS} WHERE name = :name",
+            {"name": name},
         )
+        return found.first() is not None
 
 
 def pauses_since(database: Database, names: Collection[str], since: datetime) -> list[PauseRow]:
     """Every pause of these jobs that was still on at or after `since`."""
     if not names:
         return []
-    statement = (
-        select(pauses.c.job, pauses.c.paused_at, pauses.c.resumed_at)
-        .where(
-            pauses.c.job.in_(sorted(names)),
-            or_(pauses.c.resumed_at.is_(None), pauses.c.resumed_at > since),
-        )
-        .order_by(pauses.c.job, pauses.c.paused_at)
-    )
+    listed, parameters = in_list("job", sorted(names))
+    statement = f"""
+        SELECT job, paused_at, resumed_at FROM {PAUSES}
+        WHERE job IN ({listed}) AND (resumed_at IS NULL OR resumed_at > :since)
+        ORDER BY job, paused_at
+    """
     with database.transaction() as connection:
-        return [PauseRow(*row) for row in connection.execute(statement)]
+        return [
+            PauseRow(*row) for row in connection.execute(statement, {**parameters, "since": since})
+        ]

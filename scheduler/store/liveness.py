@@ -32,7 +32,6 @@ from scheduler.store.faults import StoreUnavailableError, first_line
 from scheduler.store.nodes import LIVENESS_NAMESPACE
 from scheduler.store.wakeups import CHANNEL
 
-DEFAULT_PORT = 5432
 # How long a liveness or watch session's wait sleeps at a time (it ends sooner when the
 # server answers, the session ends, or the caller's own timeout passes).
 IDLE_WAIT_S = 60.0
@@ -41,9 +40,9 @@ IDLE_WAIT_S = 60.0
 def ports(database: Database) -> tuple[int, int]:
     """The port the URL names, and the one the server itself listens on: where they
     differ, something (a pooler, a proxy) sits in between."""
-    with database.transaction() as connection:
-        server = int(connection.exec_driver_sql("SELECT current_setting('port')").scalar_one())
-    return database.engine.url.port or DEFAULT_PORT, server
+    with database.autocommit() as connection:
+        server = int(connection.execute("SELECT current_setting('port')").scalar())
+    return database.url.port, server
 
 
 @contextmanager
@@ -58,8 +57,7 @@ class SessionLock:
     """The liveness lock and its connection; `connect()` takes a fresh key each time."""
 
     def __init__(self, database: Database, application_name: str) -> None:
-        url = database.engine.url.set(drivername="postgresql")
-        self._conninfo = url.render_as_string(hide_password=False)
+        self._conninfo = database.url.conninfo
         self._application_name = application_name
         self._connection: psycopg.Connection[Any] | None = None
         self.key: int | None = None
@@ -122,8 +120,7 @@ class PeerWatch:
     """
 
     def __init__(self, database: Database, application_name: str) -> None:
-        url = database.engine.url.set(drivername="postgresql")
-        self._conninfo = url.render_as_string(hide_password=False)
+        self._conninfo = database.url.conninfo
         self._application_name = application_name
         self._connection: psycopg.Connection[Any] | None = None
 

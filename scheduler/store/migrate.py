@@ -11,37 +11,28 @@ moves the revision over in one transaction (see `adopt_legacy_revision`).
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import io
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from sqlalchemy import (
-    Column,
-    Connection,
-    MetaData,
-    PrimaryKeyConstraint,
-    String,
-    Table,
-    create_engine,
-    delete,
-    func,
-    inspect,
-    select,
-)
-from sqlalchemy.engine import Dialect
-from sqlalchemy.schema import CreateTable, DropTable
-from sqlalchemy.sql.expression import ClauseElement, Executable
+from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import SchemaOutdatedError
+from scheduler.store.database import Connection, Database, open_database, parse_database_url
+from scheduler.store.urls import DatabaseURL
 
-if TYPE_CHECKING:  # Alembic is imported only to migrate: a node's start-up needs none of it
+if TYPE_CHECKING:  # Alembic and SQLAlchemy are imported only to migrate
+    from collections.abc import Iterator
+
     from alembic.config import Config
-from scheduler.store.database import Database, open_database, parse_database_url
-from scheduler.store.schema import VERSION_TABLE, runs
+    from sqlalchemy import Engine
 
+# The scheduler's own Alembic version table: an application sharing the database keeps
+# `alembic_version` for its own revisions (store/schema.py names it for Alembic too).
+VERSION_TABLE = "scheduler_alembic_version"
+RUNS_TABLE = "scheduler_runs"
 # Where versions up to 0.1.0 recorded the revision: Alembic's default, which an
 # application's own migrations use too.
 LEGACY_VERSION_TABLE = "alembic_version"
@@ -58,13 +49,48 @@ def migrations_path() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-def alembic_config(database: Database) -> Config:
+@contextlib.contextmanager
+def alembic_config(database: Database) -> Iterator[Config]:
+    """Alembic's configuration for this database, with an engine of its own (SQLAlchemy
+    is loaded here, and only here), disposed when the block ends."""
     from alembic.config import Config  # noqa: PLC0415 - only when migrating
 
+    engine = sqlalchemy_engine(database.url)
     config = Config()
     config.set_main_option("script_location", str(migrations_path()))
-    config.attributes["engine"] = database.engine
-    return config
+    config.attributes["engine"] = engine
+    try:
+        yield config
+    finally:
+        engine.dispose()
+
+
+def sqlalchemy_engine(url: DatabaseURL) -> Engine:
+    """A SQLAlchemy engine on the same database, for Alembic: on SQLite with the store's
+    own settings (a busy timeout, WAL, BEGIN IMMEDIATE), so that a migration queues
+    behind a running node's writes instead of failing."""
+    from sqlalchemy import create_engine, event  # noqa: PLC0415 - only when migrating
+
+    if url.is_postgres:
+        return create_engine(url.sqlalchemy(), connect_args={"connect_timeout": 5})
+    engine = create_engine(
+        url.sqlalchemy(), connect_args={"timeout": 30, "check_same_thread": False}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout = 30000")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
 
 
 @functools.cache
@@ -106,16 +132,6 @@ def head_revision(database: Database | None = None) -> str:
     return heads.pop()
 
 
-def version_table(name: str = VERSION_TABLE) -> Table:
-    """A version table as Alembic creates it."""
-    return Table(
-        name,
-        MetaData(),
-        Column("version_num", String(32), nullable=False),
-        PrimaryKeyConstraint("version_num", name=f"{name}_pkc"),
-    )
-
-
 @dataclass(frozen=True)
 class SchemaState:
     """Where the database's scheduler schema stands against this code."""
@@ -152,7 +168,7 @@ class SchemaState:
 def schema_state(database: Database) -> SchemaState:
     """Read the recorded revision, from our own version table or, for a database that
     an older scheduler migrated, from `alembic_version`. Reads only."""
-    with database.engine.connect() as connection:
+    with database.autocommit() as connection:
         current = _recorded(connection)
         if current is not None:
             return SchemaState(current, head_revision())
@@ -164,22 +180,29 @@ def current_revision(database: Database) -> str | None:
     return schema_state(database).current
 
 
+def _has_table(connection: Connection, name: str) -> bool:
+    """A table of that name is visible (on PostgreSQL: on the search path)."""
+    if connection.is_postgres:
+        sql = "SELECT to_regclass(:name) IS NOT NULL"
+    else:
+        sql = "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = :name"
+    return bool(connection.execute(sql, {"name": name}).scalar())
+
+
 def _recorded(connection: Connection) -> str | None:
     """The revision in our version table, as Alembic reads it (one row, or none)."""
-    if not inspect(connection).has_table(VERSION_TABLE):
+    if not _has_table(connection, VERSION_TABLE):
         return None
-    table = version_table()
-    return connection.execute(select(table.c.version_num)).scalars().first()
+    found = connection.execute(f"SELECT version_num FROM {VERSION_TABLE}").scalar()
+    return None if found is None else str(found)
 
 
 def _legacy_revisions(connection: Connection) -> list[str]:
     """Our revisions in `alembic_version`. A revision id such as 0003 could be an
     application's too, so it counts as ours only where the scheduler's tables exist."""
-    tables = set(inspect(connection).get_table_names())
-    if LEGACY_VERSION_TABLE not in tables or runs.name not in tables:
+    if not (_has_table(connection, LEGACY_VERSION_TABLE) and _has_table(connection, RUNS_TABLE)):
         return []
-    legacy = version_table(LEGACY_VERSION_TABLE)
-    recorded = connection.execute(select(legacy.c.version_num)).scalars()
+    recorded = connection.execute(f"SELECT version_num FROM {LEGACY_VERSION_TABLE}").scalars()
     return sorted(set(recorded) & known_revisions())
 
 
@@ -191,76 +214,87 @@ def adopt_legacy_revision(database: Database) -> bool:
     """
     with database.transaction() as connection:
         if database.job_locks:
-            connection.execute(select(func.pg_advisory_xact_lock(MIGRATE_LOCK_KEY)))
+            connection.execute("SELECT pg_advisory_xact_lock(:key)", {"key": MIGRATE_LOCK_KEY})
         statements = _adoption(connection)
         for statement in statements:
             connection.execute(statement)
     return bool(statements)
 
 
-def _adoption(connection: Connection) -> list[Executable]:
-    """The statements that move our revision over (none when there is nothing to move)."""
+def _adoption(connection: Connection) -> list[str]:
+    """The statements that move our revision over (none when there is nothing to move).
+    Revision ids are our own migrations' (known_revisions), written as literals so that
+    `migrate --sql` can print the same statements."""
     ours = _legacy_revisions(connection)
     if not ours:
         return []
-    legacy, own = version_table(LEGACY_VERSION_TABLE), version_table()
-    statements: list[Executable] = []
+    listed = ", ".join(f"'{revision}'" for revision in ours)
+    statements: list[str] = []
     if _recorded(connection) is None:
-        if not inspect(connection).has_table(VERSION_TABLE):
-            statements.append(CreateTable(own))
-        statements.append(own.insert().values(version_num=max(ours)))
-    statements.append(delete(legacy).where(legacy.c.version_num.in_(ours)))
+        if not _has_table(connection, VERSION_TABLE):
+            statements.append(
+                f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+                f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+            )
+        statements.append(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{max(ours)}')")
+    statements.append(f"DELETE FROM {LEGACY_VERSION_TABLE} WHERE version_num IN ({listed})")
     others = connection.execute(
-        select(func.count()).select_from(legacy).where(legacy.c.version_num.not_in(ours))
-    ).scalar_one()
+        f"SELECT count(*) FROM {LEGACY_VERSION_TABLE} WHERE version_num NOT IN ({listed})"
+    ).scalar()
     if others == 0:
-        statements.append(DropTable(legacy))
+        statements.append(f"DROP TABLE {LEGACY_VERSION_TABLE}")
     return statements
 
 
 def upgrade(database: Database, revision: str = "head") -> None:
+    """Apply the migrations up to `revision`. A schema already at the head is left as
+    it is without loading Alembic (a node started with `--migrate` on a current schema
+    loads no SQLAlchemy)."""
     adopt_legacy_revision(database)
+    if revision == "head" and schema_state(database).up_to_date:
+        return
     from alembic import command  # noqa: PLC0415 - only when migrating
 
-    command.upgrade(alembic_config(database), revision)
+    with alembic_config(database) as config:
+        command.upgrade(config, revision)
 
 
 def downgrade(database: Database, revision: str) -> None:
     from alembic import command  # noqa: PLC0415 - only when migrating
 
-    command.downgrade(alembic_config(database), revision)
+    with alembic_config(database) as config:
+        command.downgrade(config, revision)
 
 
-def offline_sql(database: Database, state: SchemaState) -> str:
+def offline_sql(database_url: str, state: SchemaState) -> str:
     """The SQL script `scheduler migrate` would run, for a DBA to review and apply, from
     the revision recorded (`state`); writes nothing. Moves a legacy revision over first."""
     if state.current is not None and state.current not in known_revisions():
         raise SchemaOutdatedError(_newer_than_known(state.current, state.head).split(": ", 1)[1])
     if state.up_to_date:
         return f"-- the schema is at revision {state.head}: nothing to do\n"
-    dialect = database.engine.dialect
-    adoption: list[Executable] = []
-    if state.legacy:
-        with database.engine.connect() as connection:
-            adoption = _adoption(connection)
-    script = "".join(_literal_sql(statement, dialect) for statement in adoption)
+    adoption: list[str] = []
+    if state.legacy:  # the database exists: it holds the legacy revision
+        database = open_database(database_url, connections=1)
+        try:
+            with database.autocommit() as connection:
+                adoption = _adoption(connection)
+        finally:
+            database.dispose()
+    script = "".join(f"{statement};\n\n" for statement in adoption)
     if state.current != state.head:
         from alembic import command  # noqa: PLC0415 - only when migrating
+        from alembic.config import Config  # noqa: PLC0415
 
-        config = alembic_config(database)
+        config = Config()
+        config.set_main_option("script_location", str(migrations_path()))
         buffer = io.StringIO()
         config.output_buffer = buffer
-        config.attributes["offline_dialect"] = dialect.name
+        config.attributes["offline_dialect"] = parse_database_url(database_url).backend
         start = f"{state.current}:" if state.current else ""
         command.upgrade(config, f"{start}head", sql=True)
         script += buffer.getvalue()
     return script
-
-
-def _literal_sql(statement: Executable, dialect: Dialect) -> str:
-    assert isinstance(statement, ClauseElement)
-    compiled = statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True})
-    return f"{str(compiled).strip()};\n\n"
 
 
 def require_current_schema(database: Database) -> None:
@@ -288,11 +322,14 @@ def _newer_than_known(current: str, head: str) -> str:
     )
 
 
-def inspect_url(database_url: str) -> tuple[Database, SchemaState]:
-    """The database and its schema state for `--check` and `--sql`, which write nothing:
-    a SQLite file that does not exist yet is not created, just reported as empty."""
+def inspect_url(database_url: str) -> SchemaState:
+    """The schema state for `--check` and `--sql`, which write nothing: a SQLite file
+    that does not exist yet is not created, just reported as empty."""
     url = parse_database_url(database_url)
-    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
-        return Database(create_engine(url)), SchemaState(None, head_revision())
+    if not url.is_postgres and not Path(url.path).exists():
+        return SchemaState(None, head_revision())
     database = open_database(database_url, connections=2)
-    return database, schema_state(database)
+    try:
+        return schema_state(database)
+    finally:
+        database.dispose()

@@ -14,24 +14,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    and_,
-    bindparam,
-    exists,
-    select,
-    text,
-    update,
-)
-
 from scheduler.model import NodeIdentity
-from scheduler.states import RunStatus
-from scheduler.store.database import Database
-from scheduler.store.schema import nodes, runs
+from scheduler.store.connection import in_list
+from scheduler.store.database import Connection, Database
+from scheduler.store.fence import RUNS
 from scheduler.store.wakeups import Wake, notify_on
 
+NODES = "scheduler_nodes"
 # The first half of every liveness lock's key (`pg_advisory_lock(int4, int4)`): "schd".
 LIVENESS_NAMESPACE = int.from_bytes(b"schd", "big")
 # A node gone for longer than this (no heartbeat since) is no longer looked for: its
@@ -52,72 +41,58 @@ def register(
     database: Database, node: NodeIdentity, jobs_digest: str, liveness_key: int | None = None
 ) -> None:
     """Insert this node's row, or revive it if the id was used before."""
-    now = database.now()
-    statement = (
-        database.insert(nodes)
-        .values(
-            id=node.id,
-            name=node.name,
-            host=node.host,
-            pid=node.pid,
-            version=node.version,
-            started_at=now,
-            heartbeat_at=now,
-            stopped_at=None,
-            jobs_digest=jobs_digest,
-            liveness_key=liveness_key,
-        )
-        .on_conflict_do_update(
-            index_elements=["id"],
-            set_={
-                "started_at": now,
-                "heartbeat_at": now,
-                "stopped_at": None,
-                "jobs_digest": jobs_digest,
-                "liveness_key": liveness_key,
-            },
-        )
-    )
+    now = database.now
+    statement = f"""
+        INSERT INTO {NODES} (id, name, host, pid, version, started_at, heartbeat_at,
+                             stopped_at, jobs_digest, liveness_key)
+        VALUES (:id, :name, :host, :pid, :version, {now}, {now}, NULL, :digest, :key)
+        ON CONFLICT (id) DO UPDATE SET started_at = {now}, heartbeat_at = {now},
+            stopped_at = NULL, jobs_digest = excluded.jobs_digest,
+            liveness_key = excluded.liveness_key
+    """
+    parameters = {
+        "id": node.id,
+        "name": node.name,
+        "host": node.host,
+        "pid": node.pid,
+        "version": node.version,
+        "digest": jobs_digest,
+        "key": liveness_key,
+    }
     with database.transaction() as connection:
-        connection.execute(statement)
+        connection.execute(statement, parameters)
 
 
 def set_liveness(database: Database, node_id: str, key: int | None) -> None:
     """The node holds its liveness lock under a new key (after losing the old one), or
     none: the lease alone decides whether it lives."""
     with database.transaction() as connection:
-        connection.execute(update(nodes).where(nodes.c.id == node_id).values(liveness_key=key))
+        connection.execute(
+            f"UPDATE {NODES} SET liveness_key = :key WHERE id = :id",
+            {"key": key, "id": node_id},
+        )
 
 
 def heartbeat(database: Database, node_id: str) -> None:
     with database.transaction() as connection:
         connection.execute(
-            update(nodes).where(nodes.c.id == node_id).values(heartbeat_at=database.now())
+            f"UPDATE {NODES} SET heartbeat_at = {database.now} WHERE id = :id",
+            {"id": node_id},
         )
 
 
-def _lock_held() -> ColumnElement[bool]:
-    """The node row's liveness lock is held in this database (PostgreSQL only)."""
-    return exists(
-        select(text("1"))
-        .select_from(text("pg_locks AS lock"))
-        .where(
-            text(
-                "lock.locktype = 'advisory' AND lock.granted AND lock.objsubid = 2"
-                " AND lock.mode = 'ExclusiveLock'"
-                " AND lock.database = (SELECT oid FROM pg_database"
-                "                      WHERE datname = current_database())"
-                " AND lock.classid = CAST(:namespace AS oid)"
-                " AND lock.objid = CAST(scheduler_nodes.liveness_key AS oid)"
-            ).bindparams(namespace=LIVENESS_NAMESPACE)
-        )
-    )
-
-
-def _gone() -> ColumnElement[bool]:
-    """A running node that bound its liveness to a lock it no longer holds (a watcher's
-    shared lock on the same key, see `store.liveness.PeerWatch`, is no holder)."""
-    return and_(nodes.c.stopped_at.is_(None), nodes.c.liveness_key.is_not(None), ~_lock_held())
+# The node row's liveness lock is held in this database (PostgreSQL only). `node` is
+# the nodes table's alias in the statement that uses it.
+_LOCK_HELD = f"""EXISTS (
+    SELECT 1 FROM pg_locks AS lock
+    WHERE lock.locktype = 'advisory' AND lock.granted AND lock.objsubid = 2
+      AND lock.mode = 'ExclusiveLock'
+      AND lock.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND lock.classid = CAST({LIVENESS_NAMESPACE} AS oid)
+      AND lock.objid = CAST(node.liveness_key AS oid))"""
+# A running node that bound its liveness to a lock it no longer holds (a watcher's
+# shared lock on the same key, see `store.liveness.PeerWatch`, is no holder).
+_GONE = f"(node.stopped_at IS NULL AND node.liveness_key IS NOT NULL AND NOT {_LOCK_HELD})"
 
 
 def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
@@ -132,20 +107,24 @@ def peers_on(
     database: Database, connection: Connection, node_id: str, alive_within: float
 ) -> list[str]:
     """`peers` inside a transaction of the caller's."""
-    return list(connection.execute(peers_query(database, node_id, alive_within)).scalars())
+    statement, parameters = peers_query(database, node_id, alive_within)
+    return connection.execute(statement, parameters).scalars()
 
 
-def peers_query(database: Database, node_id: str, alive_within: float) -> Select[Any]:
-    """The ids `peers` reads, in order (the heartbeat folds it into its one read)."""
-    digest = select(nodes.c.jobs_digest).where(nodes.c.id == node_id).scalar_subquery()
-    conditions = [
-        nodes.c.jobs_digest == digest,
-        nodes.c.stopped_at.is_(None),
-        nodes.c.heartbeat_at >= database.now_plus(-alive_within),
-    ]
-    if database.sessions:
-        conditions.append(~_gone())
-    return select(nodes.c.id).where(*conditions).order_by(nodes.c.id)
+def peers_query(
+    database: Database, node_id: str, alive_within: float
+) -> tuple[str, dict[str, Any]]:
+    """The ids `peers` reads, in order (the heartbeat folds it into its one read), and
+    its parameters."""
+    since, parameters = database.after("peers_since", -alive_within)
+    gone = f" AND NOT {_GONE}" if database.sessions else ""
+    statement = f"""
+        SELECT node.id FROM {NODES} AS node
+        WHERE node.jobs_digest = (SELECT jobs_digest FROM {NODES} WHERE id = :peers_of)
+          AND node.stopped_at IS NULL AND node.heartbeat_at >= {since}{gone}
+        ORDER BY node.id
+    """
+    return statement, {**parameters, "peers_of": node_id}
 
 
 def gone(database: Database) -> list[str]:
@@ -159,42 +138,41 @@ def gone(database: Database) -> list[str]:
 
 def gone_on(database: Database, connection: Connection) -> list[str]:
     """`gone` inside a transaction of the caller's (PostgreSQL only)."""
-    return list(connection.execute(gone_query(database)).scalars())
+    return connection.execute(gone_query(database)).scalars()
 
 
-def gone_query(database: Database) -> Select[Any]:
-    recent = nodes.c.heartbeat_at >= database.now_plus(-GONE_LOOKBACK_S)
-    return select(nodes.c.id).where(_gone(), recent).order_by(nodes.c.id)
+def gone_query(database: Database) -> str:
+    """PostgreSQL only: its clock is in the SQL."""
+    recent = f"node.heartbeat_at >= {database.now_plus(str(-GONE_LOOKBACK_S))}"
+    return f"SELECT node.id FROM {NODES} AS node WHERE {_GONE} AND {recent} ORDER BY node.id"
 
 
 def watchable_on(database: Database, connection: Connection, alive_within: float) -> list[Watched]:
     """Running nodes (any jobs) that hold their liveness lock, in id order: the ring in
     which each node watches the next for its lock to go (PostgreSQL only)."""
-    statement = watchable_query(database, alive_within, nodes.c.id, nodes.c.liveness_key)
+    statement = watchable_query(database, alive_within, "node.id, node.liveness_key")
     return [Watched(row.id, row.liveness_key) for row in connection.execute(statement)]
 
 
-def watchable_query(database: Database, alive_within: float, *columns: Any) -> Select[Any]:
-    """The ring's nodes, in id order, as `columns` of them."""
-    return (
-        select(*columns)
-        .where(
-            nodes.c.stopped_at.is_(None),
-            nodes.c.liveness_key.is_not(None),
-            nodes.c.heartbeat_at >= database.now_plus(-alive_within),
-            _lock_held(),
-        )
-        .order_by(nodes.c.id)
-    )
+def watchable_query(database: Database, alive_within: float, columns: str) -> str:
+    """The ring's nodes, in id order, as `columns` of them (PostgreSQL only)."""
+    since = database.now_plus(f"{-float(alive_within)!r}")
+    return f"""
+        SELECT {columns} FROM {NODES} AS node
+        WHERE node.stopped_at IS NULL AND node.liveness_key IS NOT NULL
+          AND node.heartbeat_at >= {since} AND {_LOCK_HELD}
+        ORDER BY node.id
+    """
 
 
 def own_lock_held(connection: Connection, node_id: str) -> bool:
     """Whether this node's own liveness lock is held (by its liveness session)."""
-    return bool(connection.execute(own_lock_query(node_id)).scalar())
+    return bool(connection.execute(own_lock_query(), {"own_id": node_id}).scalar())
 
 
-def own_lock_query(node_id: str) -> Select[Any]:
-    return select(_lock_held()).select_from(nodes).where(nodes.c.id == node_id)
+def own_lock_query() -> str:
+    """Parameter: `own_id`."""
+    return f"SELECT {_LOCK_HELD} FROM {NODES} AS node WHERE node.id = :own_id"
 
 
 def release_runs_of(database: Database, holders: Collection[str]) -> int:
@@ -203,20 +181,17 @@ def release_runs_of(database: Database, holders: Collection[str]) -> int:
     a worker may still pick up before its deadline). Returns how many."""
     if not holders or not database.sessions:
         return 0
-    now = database.now()
-    dead = select(nodes.c.id).where(nodes.c.id.in_(sorted(holders)), _gone())
-    statement = (
-        update(runs)
-        # A queued run needs its sender no more: its message may still be picked up.
-        .where(
-            runs.c.holder.in_(dead),
-            runs.c.lease_expires_at > now,
-            runs.c.status != RunStatus.QUEUED.value,
-        )
-        .values(lease_expires_at=now)
-    )
+    listed, parameters = in_list("node", sorted(holders))
+    now = database.now
+    # A queued run needs its sender no more: its message may still be picked up.
+    statement = f"""
+        UPDATE {RUNS} SET lease_expires_at = {now}
+        WHERE holder IN (SELECT node.id FROM {NODES} AS node
+                         WHERE node.id IN ({listed}) AND {_GONE})
+          AND lease_expires_at > {now} AND status <> 'queued'
+    """
     with database.transaction() as connection:
-        released = int(connection.execute(statement).rowcount)
+        released = connection.execute(statement, parameters).rowcount
         if released:
             notify_on(database, connection, Wake.RECOVERY)
         return released
@@ -234,17 +209,17 @@ class Incarnation:
 
 def earlier_incarnations(database: Database, node: NodeIdentity) -> list[Incarnation]:
     """Rows of this node's name on this host, other than its own, still not stopped."""
-    held = _lock_held() if database.sessions else bindparam("held", False)
-    statement = select(nodes.c.id, nodes.c.pid, nodes.c.liveness_key, held.label("held")).where(
-        nodes.c.name == node.name,
-        nodes.c.host == node.host,
-        nodes.c.id != node.id,
-        nodes.c.stopped_at.is_(None),
-    )
+    held = _LOCK_HELD if database.sessions else "FALSE"
+    statement = f"""
+        SELECT node.id, node.pid, node.liveness_key, {held} AS held FROM {NODES} AS node
+        WHERE node.name = :name AND node.host = :host AND node.id <> :id
+          AND node.stopped_at IS NULL
+    """
+    parameters = {"name": node.name, "host": node.host, "id": node.id}
     with database.transaction() as connection:
         return [
             Incarnation(row.id, row.pid, row.liveness_key, bool(row.held))
-            for row in connection.execute(statement)
+            for row in connection.execute(statement, parameters)
         ]
 
 
@@ -272,32 +247,33 @@ def supersede(database: Database, ids: Sequence[str]) -> int:
     they are taken over at once. Returns how many runs were released."""
     if not ids:
         return 0
-    now = database.now()
+    listed, parameters = in_list("node", list(ids))
+    now = database.now
     with database.transaction() as connection:
         connection.execute(
-            update(nodes)
-            .where(nodes.c.id.in_(list(ids)), nodes.c.stopped_at.is_(None))
-            .values(stopped_at=now)
+            f"UPDATE {NODES} SET stopped_at = {now} WHERE id IN ({listed}) AND stopped_at IS NULL",
+            parameters,
         )
         released = connection.execute(
-            update(runs)
-            .where(runs.c.holder.in_(list(ids)), runs.c.lease_expires_at > now)
-            .values(lease_expires_at=now)
-        )
-        if released.rowcount:
+            f"""UPDATE {RUNS} SET lease_expires_at = {now}
+                WHERE holder IN ({listed}) AND lease_expires_at > {now}""",
+            parameters,
+        ).rowcount
+        if released:
             notify_on(database, connection, Wake.RECOVERY)
-    return int(released.rowcount)
+    return released
 
 
 def has_stopped(database: Database, node_id: str) -> bool:
     """Whether the node said it stopped (a clean shutdown, not a death)."""
-    statement = select(nodes.c.stopped_at.is_not(None)).where(nodes.c.id == node_id)
+    statement = f"SELECT stopped_at IS NOT NULL FROM {NODES} WHERE id = :id"
     with database.transaction() as connection:
-        return bool(connection.execute(statement).scalar())
+        return bool(connection.execute(statement, {"id": node_id}).scalar())
 
 
 def mark_stopped(database: Database, node_id: str) -> None:
     with database.transaction() as connection:
         connection.execute(
-            update(nodes).where(nodes.c.id == node_id).values(stopped_at=database.now())
+            f"UPDATE {NODES} SET stopped_at = {database.now} WHERE id = :id",
+            {"id": node_id},
         )

@@ -7,19 +7,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from sqlalchemy import ColumnElement, FromClause, and_, func, literal, select, true
-
+from scheduler.store.connection import in_list
 from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE
+from scheduler.store.fence import ACTIVE_SQL, RUNS
 from scheduler.store.items import ItemRow, list_items_where
-from scheduler.store.schema import UTCDateTime, items, jobs, runs
+from scheduler.store.jobs import JOBS
 
 # Job names sent in one IN list (PostgreSQL and SQLite both take far more; a page asks
 # for 100).
 NAMES_PER_STATEMENT = 1000
-EPOCH = literal(datetime(1970, 1, 1, tzinfo=UTC), UTCDateTime())
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class Active:
     started_at: datetime | None
 
 
-_CELL_COLUMNS = [runs.c[name] for name in Cell.__dataclass_fields__]
+_CELL_COLUMNS = tuple(Cell.__dataclass_fields__)
 
 
 def recent_cells(database: Database, names: Sequence[str], per_job: int) -> dict[str, list[Cell]]:
@@ -57,19 +55,16 @@ def recent_cells(database: Database, names: Sequence[str], per_job: int) -> dict
     One statement per 1,000 names, reading only those runs (see `_recent`).
     """
     found: dict[str, list[Cell]] = defaultdict(list)
+    columns = ", ".join(f"recent.{name}" for name in _CELL_COLUMNS)
     with database.transaction() as connection:
         for start in range(0, len(names), NAMES_PER_STATEMENT):
-            chunk = list(names[start : start + NAMES_PER_STATEMENT])
-            recent, on = _recent(database, _CELL_COLUMNS, per_job)
-            statement = (
-                select(*[recent.c[name] for name in Cell.__dataclass_fields__])
-                .select_from(jobs)
-                .join(recent, on)
-                .where(jobs.c.name.in_(chunk))
-                .order_by(recent.c.job, recent.c.period)
-            )
-            # Fetched at once: psycopg's row-by-row fetch is slow, and a page holds thousands.
-            for row in connection.execute(statement).all():
+            listed, parameters = in_list("name", list(names[start : start + NAMES_PER_STATEMENT]))
+            statement = f"""
+                SELECT {columns} FROM {JOBS} AS job {_recent(database, _CELL_COLUMNS)}
+                WHERE job.name IN ({listed}) ORDER BY recent.job, recent.period
+            """
+            rows = connection.execute(statement, {**parameters, "per_job": per_job})
+            for row in rows:
                 found[row.job].append(Cell(*row))
     return dict(found)
 
@@ -80,66 +75,51 @@ def jobs_with(
     """The named jobs with a period in one of `statuses` among their newest `per_job`:
     the overview's status filter, decided by the database (only names come back)."""
     found: set[str] = set()
+    wanted, wanted_parameters = in_list("status", list(statuses))
     with database.transaction() as connection:
         for start in range(0, len(names), NAMES_PER_STATEMENT):
-            chunk = list(names[start : start + NAMES_PER_STATEMENT])
-            recent, on = _recent(database, [runs.c.job, runs.c.status], per_job)
-            statement = (
-                select(recent.c.job)
-                .distinct()
-                .select_from(jobs)
-                .join(recent, on)
-                .where(jobs.c.name.in_(chunk), recent.c.status.in_(list(statuses)))
+            listed, parameters = in_list("name", list(names[start : start + NAMES_PER_STATEMENT]))
+            statement = f"""
+                SELECT DISTINCT recent.job FROM {JOBS} AS job
+                {_recent(database, ("job", "status"))}
+                WHERE job.name IN ({listed}) AND recent.status IN ({wanted})
+            """
+            rows = connection.execute(
+                statement, {**parameters, **wanted_parameters, "per_job": per_job}
             )
-            found.update(connection.execute(statement).scalars())
+            found.update(rows.scalars())
     return found
 
 
-def _recent(
-    database: Database, columns: Sequence[ColumnElement[object]], per_job: int
-) -> tuple[FromClause, ColumnElement[bool]]:
-    """What to join to `scheduler_jobs`, and on what, for each job's newest `per_job`
-    runs, reading those rows only, never a job's older history.
+def _recent(database: Database, columns: Sequence[str]) -> str:
+    """What to join to `scheduler_jobs AS job`, as `recent`, for each job's newest
+    `:per_job` runs, reading those rows only, never a job's older history.
 
     PostgreSQL: a LATERAL subquery, one backward scan of the primary key (job, period)
     per job. SQLite has no LATERAL: the runs table itself, on the job and a period from
-    its cut-off on (the job's `per_job`-th newest period: one seek of the same index).
+    its cut-off on (the job's `per_job`-th newest period: one seek of the same index; a
+    job with fewer periods than asked has no cut-off, and shows them all).
     """
     if database.lateral:
-        lateral = (
-            select(*columns)
-            .where(runs.c.job == jobs.c.name)
-            .order_by(runs.c.period.desc())
-            .limit(per_job)
-            .lateral("recent")
-        )
-        return lateral, true()
-    older = runs.alias("older")
-    cutoff = (
-        select(older.c.period)
-        .where(older.c.job == jobs.c.name)
-        .order_by(older.c.period.desc())
-        .limit(1)
-        .offset(per_job - 1)
-        .correlate(jobs)
-        .scalar_subquery()
-    )
-    # No cut-off: the job has fewer periods than asked, all are shown.
-    return runs, and_(runs.c.job == jobs.c.name, runs.c.period >= func.coalesce(cutoff, EPOCH))
+        return f"""CROSS JOIN LATERAL (
+            SELECT {", ".join(columns)} FROM {RUNS} AS run WHERE run.job = job.name
+            ORDER BY run.period DESC LIMIT :per_job) AS recent"""
+    cutoff = f"""(SELECT older.period FROM {RUNS} AS older WHERE older.job = job.name
+                  ORDER BY older.period DESC LIMIT 1 OFFSET :per_job - 1)"""
+    return f"""JOIN {RUNS} AS recent
+        ON recent.job = job.name AND recent.period >= coalesce({cutoff}, '')"""
 
 
 def in_progress(database: Database) -> list[Active]:
     """Every run claimed or running now, oldest period first (what the nodes run)."""
-    statement = (
-        select(runs.c.job, runs.c.period, runs.c.id, runs.c.status, runs.c.holder)
-        .add_columns(runs.c.started_at)
-        .where(runs.c.status.in_(ACTIVE))
-        .order_by(runs.c.period, runs.c.job)
-    )
+    statement = f"""
+        SELECT job, period, id, status, holder, started_at FROM {RUNS}
+        WHERE status IN ({ACTIVE_SQL}) ORDER BY period, job
+    """
     with database.transaction() as connection:
-        return [Active(**row._mapping) for row in connection.execute(statement)]
+        return [Active(**row._asdict()) for row in connection.execute(statement)]
 
 
 def items_of_run(database: Database, run_id: str, limit: int = 200) -> list[ItemRow]:
     """The items an attempt of this run claimed, most recently claimed first."""
-    return list_items_where(database, items.c.run_id == run_id, limit)
+    return list_items_where(database, "item.run_id = :run_id", {"run_id": run_id}, limit)

@@ -10,18 +10,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, String, bindparam, select, text, tuple_, update
-
 from scheduler.model import FUTURE_TOLERANCE, Claim, Due, Entry, Stale, Written
 from scheduler.states import Origin, RunStatus
 from scheduler.store import events as alert_events
-from scheduler.store.database import Database
+from scheduler.store.connection import pairs_in
+from scheduler.store.database import Connection, Database
 from scheduler.store.events import PassedOver
-from scheduler.store.fence import lock_jobs
-from scheduler.store.schema import UTCDateTime, jobs, runs
+from scheduler.store.fence import RUNS, lock_jobs
 from scheduler.store.takeover import STALE_COLUMNS, stale_from
 
-# One INSERT statement carries at most this many rows (SQLite's variable limit).
+JOBS = "scheduler_jobs"
+# Rows written in one transaction before the next (SQLite: a statement a row).
 ROWS_PER_STATEMENT = 2000
 
 
@@ -29,11 +28,13 @@ def existing_periods(
     database: Database, job: str, after: datetime, upto: datetime
 ) -> set[datetime]:
     """The periods in (after, upto] that already have a row."""
-    statement = select(runs.c.period).where(
-        runs.c.job == job, runs.c.period > after, runs.c.period <= upto
+    statement = (
+        f"SELECT period FROM {RUNS} WHERE job = :job AND period > :after AND period <= :upto"
     )
     with database.transaction() as connection:
-        return set(connection.execute(statement).scalars())
+        return set(
+            connection.execute(statement, {"job": job, "after": after, "upto": upto}).scalars()
+        )
 
 
 def write(
@@ -68,51 +69,63 @@ def write(
             )
             recorded = []
         inserted: list[tuple[datetime, str, str | None]] = []
-        for start in range(0, len(recorded), ROWS_PER_STATEMENT):
-            chunk = recorded[start : start + ROWS_PER_STATEMENT]
-            result = connection.execute(
-                _insert(database, lease_expiry=None, holder=holder).returning(
-                    runs.c.period, runs.c.status, runs.c.reason
-                ),
-                [_row(job, entry, origin, lease_seconds) for entry in chunk],
-            )
-            inserted += [(row.period, row.status, row.reason) for row in result]
+        statement = _insert(database, leased=False)
+        for entry in recorded:
+            row = _row(job, entry, origin, lease_seconds, holder)
+            result = connection.execute(statement + " RETURNING period, status, reason", row)
+            inserted += [(found.period, found.status, found.reason) for found in result]
         alert_events.passed_over(database, connection, job, passed + alert_events.grouped(inserted))
-        expiry = database.lease_until(
-            bindparam("lease_seconds") if database.arrays else lease_seconds
-        )
-        for start in range(0, len(claimed), ROWS_PER_STATEMENT):
-            chunk = claimed[start : start + ROWS_PER_STATEMENT]
-            rows = [_row(job, entry, origin, lease_seconds) for entry in chunk]
-            periods = {row["id"]: row["period"] for row in rows}
-            result = connection.execute(
-                _insert(database, lease_expiry=expiry, holder=holder).returning(runs.c.id), rows
+        if database.arrays:
+            won = _claim_postgres(
+                connection,
+                job,
+                claimed,
+                holder=holder,
+                lease_seconds=lease_seconds,
+                origin=origin,
+                sent=sent,
             )
-            won += [
-                Claim(run_id, job, periods[run_id], 1, holder, lease_seconds, origin, sent)
-                for run_id in result.scalars()
-            ]
+        else:
+            statement = _insert(database, leased=True) + " RETURNING id"
+            for entry in claimed:
+                row = _row(job, entry, origin, lease_seconds, holder)
+                row["expiry"] = Database.host_after(lease_seconds)
+                for run_id in connection.execute(statement, row).scalars():
+                    won.append(
+                        Claim(run_id, job, entry.period, 1, holder, lease_seconds, origin, sent)
+                    )
     return Written(sorted(won, key=lambda claim: claim.period), early)
 
 
 # PostgreSQL: skipped and missed periods travel as arrays, a few statements for a day of
 # seconds (as an executemany, psycopg sent one INSERT per period: 86,400 for `latest`).
+# What the insert wrote comes back grouped, for the alert events (not 86,400 rows).
 RECORDED_PER_STATEMENT = 10_000
-_RECORD_POSTGRES = text(
-    f"""
-    INSERT INTO {runs.name} (id, job, period, status, reason, origin, attempt, holder,
-                             lease_seconds, lease_expires_at, claimed_at, finished_at)
-    SELECT entry.id, :job, entry.period, entry.status, entry.reason, :origin, 1, :holder,
-           :lease_seconds, NULL, statement_timestamp(), statement_timestamp()
-    FROM unnest(CAST(:ids AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
-                CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]))
-         AS entry(id, period, status, reason)
+_RECORD_POSTGRES = f"""
+    WITH written AS (
+        INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, holder,
+                            lease_seconds, lease_expires_at, claimed_at, finished_at)
+        SELECT entry.id, :job, entry.period, entry.status, entry.reason, :origin, 1, :holder,
+               :lease_seconds, NULL, statement_timestamp(), statement_timestamp()
+        FROM unnest(CAST(:ids AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
+                    CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]))
+             AS entry(id, period, status, reason)
+        ON CONFLICT (job, period) DO NOTHING
+        RETURNING period, status, reason)
+    SELECT status, reason, min(period) AS first, max(period) AS last, count(*) AS count
+    FROM written GROUP BY status, reason
+"""
+# PostgreSQL: claimed periods likewise, a statement per chunk.
+_CLAIM_POSTGRES = f"""
+    INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, holder,
+                        lease_seconds, lease_expires_at, claimed_at, finished_at)
+    SELECT entry.id, :job, entry.period, 'claimed', NULL, :origin, 1, :holder,
+           :lease_seconds, clock_timestamp() + make_interval(secs => :lease_seconds),
+           statement_timestamp(), NULL
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[])) AS entry(id, period)
     ON CONFLICT (job, period) DO NOTHING
-    RETURNING period, status, reason
-    """  # noqa: S608 - the table name is ours; values are parameters
-)
-# What the insert wrote, grouped, for the alert events (not 86,400 rows back).
-_RECORDED_GROUPS = "SELECT status, reason, min(period), max(period), count(*) FROM written"
+    RETURNING id, period
+"""
 
 
 def _record_postgres(
@@ -124,16 +137,11 @@ def _record_postgres(
     lease_seconds: float,
     origin: Origin,
 ) -> list[PassedOver]:
-    statement = text(
-        f"WITH written AS ({_RECORD_POSTGRES.text}) {_RECORDED_GROUPS} GROUP BY status, reason"
-    ).columns(
-        status=String(), reason=String(), first=UTCDateTime(), last=UTCDateTime(), count=Integer()
-    )
     passed: list[Any] = []
     for start in range(0, len(entries), RECORDED_PER_STATEMENT):
         chunk = entries[start : start + RECORDED_PER_STATEMENT]
         passed += connection.execute(
-            statement,
+            _RECORD_POSTGRES,
             {
                 "job": job,
                 "origin": origin.value,
@@ -148,29 +156,52 @@ def _record_postgres(
     return [PassedOver(*row) for row in passed]
 
 
-def _insert(database: Database, *, lease_expiry: Any, holder: str) -> Any:
-    now = database.now()
-    return (
-        database.insert(runs)
-        .values(
-            id=bindparam("id"),
-            job=bindparam("job"),
-            period=bindparam("period"),
-            status=bindparam("status"),
-            reason=bindparam("reason"),
-            origin=bindparam("origin"),
-            attempt=1,
-            holder=holder,
-            lease_seconds=bindparam("lease_seconds"),
-            lease_expires_at=lease_expiry,
-            claimed_at=now,
-            finished_at=None if lease_expiry is not None else now,
+def _claim_postgres(
+    connection: Connection,
+    job: str,
+    entries: Sequence[Entry],
+    *,
+    holder: str,
+    lease_seconds: float,
+    origin: Origin,
+    sent: float,
+) -> list[Claim]:
+    won: list[Claim] = []
+    for start in range(0, len(entries), ROWS_PER_STATEMENT):
+        chunk = entries[start : start + ROWS_PER_STATEMENT]
+        rows = connection.execute(
+            _CLAIM_POSTGRES,
+            {
+                "job": job,
+                "origin": origin.value,
+                "holder": holder,
+                "lease_seconds": lease_seconds,
+                "ids": [uuid.uuid4().hex for _ in chunk],
+                "periods": [entry.period for entry in chunk],
+            },
         )
-        .on_conflict_do_nothing(index_elements=["job", "period"])
-    )
+        won += [
+            Claim(row.id, job, row.period, 1, holder, lease_seconds, origin, sent) for row in rows
+        ]
+    return won
 
 
-def _row(job: str, entry: Entry, origin: Origin, lease_seconds: float) -> dict[str, Any]:
+def _insert(database: Database, *, leased: bool) -> str:
+    """SQLite: one period's row; claimed (`leased`, with `:expiry`) or recorded as passed
+    over (skipped, missed: finished when written)."""
+    expiry, finished = (":expiry", "NULL") if leased else ("NULL", database.now)
+    return f"""
+        INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, holder,
+                            lease_seconds, lease_expires_at, claimed_at, finished_at)
+        VALUES (:id, :job, :period, :status, :reason, :origin, 1, :holder, :lease_seconds,
+                {expiry}, {database.now}, {finished})
+        ON CONFLICT (job, period) DO NOTHING
+    """
+
+
+def _row(
+    job: str, entry: Entry, origin: Origin, lease_seconds: float, holder: str
+) -> dict[str, Any]:
     return {
         "id": uuid.uuid4().hex,
         "job": job,
@@ -179,28 +210,25 @@ def _row(job: str, entry: Entry, origin: Origin, lease_seconds: float) -> dict[s
         "reason": entry.reason.value if entry.reason else None,
         "origin": origin.value,
         "lease_seconds": lease_seconds,
+        "holder": holder,
     }
 
 
 # PostgreSQL: many jobs' scan ranges or watermarks travel as arrays in one statement.
 JOBS_PER_STATEMENT = 1000
-_EXISTING_POSTGRES = text(
-    f"""
+_EXISTING_POSTGRES = f"""
     SELECT run.job, run.period
     FROM unnest(CAST(:jobs AS TEXT[]), CAST(:afters AS TIMESTAMPTZ[]),
                 CAST(:uptos AS TIMESTAMPTZ[])) AS scan(job, after, upto)
-    JOIN {runs.name} AS run
+    JOIN {RUNS} AS run
       ON run.job = scan.job AND run.period > scan.after AND run.period <= scan.upto
-    """  # noqa: S608 - the table name is ours; values are parameters
-).columns(job=String(), period=UTCDateTime())
-_ADVANCE_POSTGRES = text(
-    f"""
-    UPDATE {jobs.name} AS job SET caught_up_to = move.new
+"""
+_ADVANCE_POSTGRES = f"""
+    UPDATE {JOBS} AS job SET caught_up_to = move.new
     FROM unnest(CAST(:names AS TEXT[]), CAST(:seen AS TIMESTAMPTZ[]),
                 CAST(:new AS TIMESTAMPTZ[])) AS move(name, seen, new)
     WHERE job.name = move.name AND job.caught_up_to IS NOT DISTINCT FROM move.seen
-    """  # noqa: S608 - the table name is ours; values are parameters
-)
+"""
 
 
 def existing_periods_of(
@@ -253,31 +281,29 @@ def advance_watermarks(
 def advance_watermark(database: Database, job: str, seen: datetime | None, new: datetime) -> bool:
     """Move the job's catch-up watermark from the value we read to `new`; False if another
     node moved it first."""
-    current = jobs.c.caught_up_to.is_(None) if seen is None else jobs.c.caught_up_to == seen
-    statement = update(jobs).where(jobs.c.name == job, current).values(caught_up_to=new)
+    current = "caught_up_to IS NULL" if seen is None else "caught_up_to = :seen"
+    statement = f"UPDATE {JOBS} SET caught_up_to = :new WHERE name = :job AND {current}"
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {"job": job, "seen": seen, "new": new}).rowcount == 1
 
 
 def runs_between(database: Database, job: str, first: datetime, last: datetime) -> list[Stale]:
     """Every run of the job with first <= period <= last, as takeover candidates."""
-    statement = (
-        select(*STALE_COLUMNS)
-        .where(runs.c.job == job, runs.c.period >= first, runs.c.period <= last)
-        .order_by(runs.c.period)
-    )
+    statement = f"""
+        SELECT {STALE_COLUMNS} FROM {RUNS}
+        WHERE job = :job AND period >= :first AND period <= :last ORDER BY period
+    """
     with database.transaction() as connection:
-        return [stale_from(row, expired=False) for row in connection.execute(statement)]
+        rows = connection.execute(statement, {"job": job, "first": first, "last": last})
+        return [stale_from(row, expired=False) for row in rows]
 
 
-_UNCLAIMED_POSTGRES = text(
-    f"""
+_UNCLAIMED_POSTGRES = f"""
     SELECT due.index FROM unnest(CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]))
          WITH ORDINALITY AS due(job, period, index)
-    WHERE NOT EXISTS (SELECT FROM {runs.name} AS run
+    WHERE NOT EXISTS (SELECT FROM {RUNS} AS run
                       WHERE run.job = due.job AND run.period = due.period)
-    """  # noqa: S608 - the table name is our constant; values are parameters
-)
+"""
 # SQLite pages the (job, period) pairs of an IN list; each pair is two variables.
 _PAIRS_PER_STATEMENT = 1000
 
@@ -299,9 +325,13 @@ def unclaimed(database: Database, due: Sequence[Due]) -> list[Due]:
             return [due[index - 1] for (index,) in rows]
         taken: set[tuple[str, datetime]] = set()
         for start in range(0, len(due), _PAIRS_PER_STATEMENT):
-            pairs = [(item.job, item.period) for item in due[start : start + _PAIRS_PER_STATEMENT]]
-            statement = select(runs.c.job, runs.c.period).where(
-                tuple_(runs.c.job, runs.c.period).in_(pairs)
+            pairs, parameters = pairs_in(
+                "due",
+                [(item.job, item.period) for item in due[start : start + _PAIRS_PER_STATEMENT]],
             )
-            taken.update((job, period) for job, period in connection.execute(statement))
+            rows = connection.execute(
+                f"SELECT job, period FROM {RUNS} WHERE (job, period) IN ({pairs})",
+                parameters,
+            )
+            taken.update((job, period) for job, period in rows)
     return [item for item in due if (item.job, item.period) not in taken]

@@ -21,17 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, tuple_
-
-from scheduler.states import RunStatus
 from scheduler.store import deliveries as alert_events
+from scheduler.store.connection import in_list
 from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE
-from scheduler.store.items import ItemState
-from scheduler.store.schema import attempts, items, jobs, runs
+from scheduler.store.fence import ACTIVE_SQL, RUNS
+from scheduler.store.items import ITEMS
+from scheduler.store.jobs import JOBS
+from scheduler.store.takeover import ATTEMPTS
 
 BATCH = 1000
-_newer = runs.alias("newer")
 
 
 @dataclass(frozen=True)
@@ -51,30 +49,24 @@ def cutoff_for(database: Database, older_than: timedelta) -> datetime:
     return database.read_clock() - older_than
 
 
-def _prunable_run(cutoff: datetime) -> ColumnElement[bool]:
-    later = and_(_newer.c.job == runs.c.job, _newer.c.period > runs.c.period)
-    succeeded = RunStatus.SUCCEEDED.value
-    return and_(
-        runs.c.period < cutoff,
-        runs.c.status.not_in(ACTIVE),
-        runs.c.retry_at.is_(None),
-        # Each job keeps its newest run and its newest success.
-        exists().where(later),
-        or_(runs.c.status != succeeded, exists().where(later, _newer.c.status == succeeded)),
-        # Catch-up has moved past it (or the job is not registered to be caught up).
-        ~exists().where(
-            jobs.c.name == runs.c.job,
-            or_(jobs.c.caught_up_to.is_(None), jobs.c.caught_up_to < runs.c.period),
-        ),
-    )
-
-
-def _prunable_item(cutoff: datetime) -> ColumnElement[bool]:
-    return and_(
-        items.c.state == ItemState.DONE.value,
-        items.c.done_at < cutoff,
-        ~exists().where(runs.c.id == items.c.run_id),
-    )
+# A run older than the cutoff (`:cutoff`) that retention may delete; `run` is the runs
+# table's alias.
+_PRUNABLE_RUN = f"""(run.period < :cutoff
+    AND run.status NOT IN ({ACTIVE_SQL}) AND run.retry_at IS NULL
+    -- Each job keeps its newest run and its newest success.
+    AND EXISTS (SELECT 1 FROM {RUNS} AS newer
+                WHERE newer.job = run.job AND newer.period > run.period)
+    AND (run.status <> 'succeeded'
+         OR EXISTS (SELECT 1 FROM {RUNS} AS newer
+                    WHERE newer.job = run.job AND newer.period > run.period
+                      AND newer.status = 'succeeded'))
+    -- Catch-up has moved past it (or the job is not registered to be caught up).
+    AND NOT EXISTS (SELECT 1 FROM {JOBS} AS job
+                    WHERE job.name = run.job
+                      AND (job.caught_up_to IS NULL OR job.caught_up_to < run.period)))"""
+# A done item from before the cutoff whose run is gone; `item` is the items table's alias.
+_PRUNABLE_ITEM = f"""(item.state = 'done' AND item.done_at < :cutoff
+    AND NOT EXISTS (SELECT 1 FROM {RUNS} AS run WHERE run.id = item.run_id))"""
 
 
 def prune(
@@ -115,51 +107,56 @@ def prune(
 
 def _delete_runs(database: Database, cutoff: datetime, batch: int) -> tuple[int, int, int]:
     """One batch of runs, oldest first, then their attempts: (found, runs, attempts)."""
-    chosen = select(runs.c.id).where(_prunable_run(cutoff)).order_by(runs.c.period).limit(batch)
+    chosen = f"""
+        SELECT run.id FROM {RUNS} AS run WHERE {_PRUNABLE_RUN}
+        ORDER BY run.period LIMIT :batch
+    """
     with database.transaction() as connection:
-        ids = list(connection.execute(chosen).scalars())
+        ids = connection.execute(chosen, {"cutoff": cutoff, "batch": batch}).scalars()
         if not ids:
             return 0, 0, 0
+        listed, parameters = in_list("id", ids)
         # Deleted under the same conditions: a row that changed meanwhile stays.
-        gone = list(
-            connection.execute(
-                delete(runs).where(runs.c.id.in_(ids), _prunable_run(cutoff)).returning(runs.c.id)
-            ).scalars()
-        )
-        dropped = connection.execute(delete(attempts).where(attempts.c.run_id.in_(gone)))
-    return len(ids), len(gone), dropped.rowcount
+        gone = connection.execute(
+            f"""DELETE FROM {RUNS} AS run WHERE run.id IN ({listed}) AND {_PRUNABLE_RUN}
+                RETURNING id""",
+            {**parameters, "cutoff": cutoff},
+        ).scalars()
+        dropped = 0
+        if gone:
+            listed, parameters = in_list("id", gone)
+            dropped = connection.execute(
+                f"DELETE FROM {ATTEMPTS} WHERE run_id IN ({listed})",
+                parameters,
+            ).rowcount
+    return len(ids), len(gone), dropped
 
 
 def _delete_items(database: Database, cutoff: datetime, batch: int) -> int:
-    chosen = select(items.c.job, items.c.key).where(_prunable_item(cutoff)).limit(batch)
-    statement = delete(items).where(
-        tuple_(items.c.job, items.c.key).in_(chosen), _prunable_item(cutoff)
-    )
+    statement = f"""
+        DELETE FROM {ITEMS} AS item WHERE (item.job, item.key) IN (
+            SELECT item.job, item.key FROM {ITEMS} AS item WHERE {_PRUNABLE_ITEM}
+            LIMIT :batch) AND {_PRUNABLE_ITEM}
+    """
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount
+        return connection.execute(statement, {"cutoff": cutoff, "batch": batch}).rowcount
 
 
 def _stuck(database: Database, cutoff: datetime) -> int:
-    statement = (
-        select(func.count())
-        .select_from(items)
-        .where(items.c.state == ItemState.CLAIMED.value, items.c.claimed_at < cutoff)
-    )
+    statement = f"SELECT count(*) FROM {ITEMS} WHERE state = 'claimed' AND claimed_at < :cutoff"
     with database.transaction() as connection:
-        return int(connection.execute(statement).scalar_one())
+        return int(connection.execute(statement, {"cutoff": cutoff}).scalar())
 
 
 def _count(database: Database, cutoff: datetime) -> Pruned:
-    doomed = select(runs.c.id).where(_prunable_run(cutoff)).scalar_subquery()
+    doomed = f"SELECT run.id FROM {RUNS} AS run WHERE {_PRUNABLE_RUN}"
     with database.transaction() as connection:
         counts = [
-            connection.execute(
-                select(func.count()).select_from(table).where(condition)
-            ).scalar_one()
-            for table, condition in (
-                (runs, _prunable_run(cutoff)),
-                (attempts, attempts.c.run_id.in_(doomed)),
-                (items, _prunable_item(cutoff)),
+            connection.execute(statement, {"cutoff": cutoff}).scalar()
+            for statement in (
+                f"SELECT count(*) FROM {RUNS} AS run WHERE {_PRUNABLE_RUN}",
+                f"SELECT count(*) FROM {ATTEMPTS} WHERE run_id IN ({doomed})",
+                f"SELECT count(*) FROM {ITEMS} AS item WHERE {_PRUNABLE_ITEM}",
             )
         ]
     events = alert_events.prune(database, cutoff, 0, dry_run=True)

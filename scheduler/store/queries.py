@@ -10,13 +10,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-from sqlalchemy import ColumnElement, Row, and_, func, select, tuple_
+from typing import Any
 
 from scheduler.errors import UserError
 from scheduler.states import RunStatus
+from scheduler.store.connection import in_list, pairs_in
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, nodes, runs
+from scheduler.store.fence import RUNS
+from scheduler.store.nodes import NODES
+from scheduler.store.takeover import ATTEMPTS
 
 
 @dataclass(frozen=True)
@@ -82,19 +84,28 @@ class Success:
 
 # (job, period) pairs asked for in one statement.
 PAIRS_PER_STATEMENT = 1000
-_RUN_COLUMNS = [runs.c[name] for name in RunRow.__dataclass_fields__]
-_ATTEMPT_COLUMNS = [attempts.c[name] for name in AttemptRow.__dataclass_fields__]
-_NODE_COLUMNS = [nodes.c[name] for name in NodeRow.__dataclass_fields__]
+_RUN_COLUMNS = ", ".join(RunRow.__dataclass_fields__)
+_ATTEMPT_COLUMNS = ", ".join(AttemptRow.__dataclass_fields__)
+_NODE_COLUMNS = ", ".join(NodeRow.__dataclass_fields__)
 
 
-def _run(row: Row[tuple[object, ...]]) -> RunRow:
-    return RunRow(**row._mapping)
+def _run(row: Any) -> RunRow:
+    return RunRow(**row._asdict())
+
+
+def _runs(
+    database: Database, where: str, parameters: dict[str, Any], tail: str = ""
+) -> list[RunRow]:
+    """Runs that meet `where`, then `tail` (an ORDER BY, a LIMIT)."""
+    statement = f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE {where} {tail}"
+    with database.transaction() as connection:
+        return [_run(row) for row in connection.execute(statement, parameters)]
 
 
 def clock(database: Database) -> datetime:
     """Now by the database clock, which leases and heartbeats are written with."""
     with database.transaction() as connection:
-        moment = connection.execute(select(database.now())).scalar_one()
+        moment = connection.execute(f"SELECT {database.now} AS now").scalar()
     assert isinstance(moment, datetime)
     return moment
 
@@ -105,7 +116,7 @@ def probe(database: Database) -> None:
     A SQLite file deleted or renamed under a running node still answers through the
     open handle, but nothing written there is seen by anyone: count it as gone.
     """
-    path = database.engine.url.database
+    path = database.url.path
     if not database.server_clock and path and not Path(path).exists():
         raise UserError(f"database file {path!r} no longer exists")
     database.ping()
@@ -113,12 +124,12 @@ def probe(database: Database) -> None:
 
 def latest_runs(database: Database) -> dict[str, RunRow]:
     """Each job's run with the newest period."""
-    newest = (
-        select(runs.c.job, func.max(runs.c.period).label("period")).group_by(runs.c.job).subquery()
-    )
-    statement = select(*_RUN_COLUMNS).join(
-        newest, and_(runs.c.job == newest.c.job, runs.c.period == newest.c.period)
-    )
+    newest = f"SELECT job, max(period) AS period FROM {RUNS} GROUP BY job"
+    columns = ", ".join(f"run.{name}" for name in RunRow.__dataclass_fields__)
+    statement = f"""
+        SELECT {columns} FROM {RUNS} AS run
+        JOIN ({newest}) AS newest ON run.job = newest.job AND run.period = newest.period
+    """
     with database.transaction() as connection:
         return {row.job: _run(row) for row in connection.execute(statement)}
 
@@ -132,41 +143,42 @@ def list_runs(
     limit: int = 50,
 ) -> list[RunRow]:
     """Runs, newest period first, filtered by job, status and earliest period."""
-    statement = select(*_RUN_COLUMNS).order_by(runs.c.period.desc(), runs.c.job).limit(limit)
+    conditions = ["TRUE"]
+    parameters: dict[str, Any] = {"limit": limit, "since": since}
     if jobs:
-        statement = statement.where(runs.c.job.in_(list(jobs)))
+        listed, named = in_list("job", list(jobs))
+        conditions.append(f"job IN ({listed})")
+        parameters |= named
     if statuses:
-        statement = statement.where(runs.c.status.in_(list(statuses)))
+        listed, named = in_list("status", list(statuses))
+        conditions.append(f"status IN ({listed})")
+        parameters |= named
     if since is not None:
-        statement = statement.where(runs.c.period >= since)
-    with database.transaction() as connection:
-        return [_run(row) for row in connection.execute(statement)]
+        conditions.append("period >= :since")
+    return _runs(
+        database, " AND ".join(conditions), parameters, "ORDER BY period DESC, job LIMIT :limit"
+    )
 
 
 def run_at(database: Database, job: str, period: datetime) -> RunRow | None:
-    statement = select(*_RUN_COLUMNS).where(runs.c.job == job, runs.c.period == period)
-    with database.transaction() as connection:
-        row = connection.execute(statement).first()
-    return _run(row) if row else None
+    found = _runs(database, "job = :job AND period = :period", {"job": job, "period": period})
+    return found[0] if found else None
 
 
 def runs_within(database: Database, job: str, start: datetime, end: datetime) -> list[RunRow]:
     """A job's runs with `start <= period < end`, oldest first."""
-    statement = (
-        select(*_RUN_COLUMNS)
-        .where(runs.c.job == job, runs.c.period >= start, runs.c.period < end)
-        .order_by(runs.c.period)
+    return _runs(
+        database,
+        "job = :job AND period >= :start AND period < :end",
+        {"job": job, "start": start, "end": end},
+        "ORDER BY period",
     )
-    with database.transaction() as connection:
-        return [_run(row) for row in connection.execute(statement)]
 
 
 def run_by_id(database: Database, run_id: str) -> RunRow | None:
     """The run a log line's `run_id` names."""
-    statement = select(*_RUN_COLUMNS).where(runs.c.id == run_id)
-    with database.transaction() as connection:
-        row = connection.execute(statement).first()
-    return _run(row) if row else None
+    found = _runs(database, "id = :id", {"id": run_id})
+    return found[0] if found else None
 
 
 def runs_at(database: Database, periods: Mapping[str, datetime]) -> dict[str, RunRow]:
@@ -174,35 +186,29 @@ def runs_at(database: Database, periods: Mapping[str, datetime]) -> dict[str, Ru
     found: dict[str, RunRow] = {}
     pairs = list(periods.items())
     with database.transaction() as connection:
-        # Row-value IN lists, a chunk at a time: an OR of 10,000 pairs took longer to
-        # build than to run, and PostgreSQL refuses one IN list of 10,000 rows.
+        # Row-value IN lists, a chunk at a time: PostgreSQL refuses one IN list of
+        # 10,000 rows.
         for start in range(0, len(pairs), PAIRS_PER_STATEMENT):
-            chunk = pairs[start : start + PAIRS_PER_STATEMENT]
-            statement = select(*_RUN_COLUMNS).where(tuple_(runs.c.job, runs.c.period).in_(chunk))
-            found.update((row.job, _run(row)) for row in connection.execute(statement))
+            listed, parameters = pairs_in("run", pairs[start : start + PAIRS_PER_STATEMENT])
+            statement = f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE (job, period) IN ({listed})"
+            found.update((row.job, _run(row)) for row in connection.execute(statement, parameters))
     return found
 
 
 def attempts_of(database: Database, run_id: str) -> list[AttemptRow]:
     """The attempts recorded for a run, oldest first (the current one may be missing)."""
-    statement = (
-        select(*_ATTEMPT_COLUMNS).where(attempts.c.run_id == run_id).order_by(attempts.c.attempt)
-    )
+    statement = f"SELECT {_ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE run_id = :run_id ORDER BY attempt"
     with database.transaction() as connection:
-        return [AttemptRow(**row._mapping) for row in connection.execute(statement)]
+        rows = connection.execute(statement, {"run_id": run_id})
+        return [AttemptRow(**row._asdict()) for row in rows]
 
 
 def last_successes(database: Database) -> dict[str, Success]:
     """For each job that ever succeeded: its newest succeeded period and finish time."""
-    statement = (
-        select(
-            runs.c.job,
-            func.max(runs.c.period).label("period"),
-            func.max(runs.c.finished_at).label("finished_at"),
-        )
-        .where(runs.c.status == "succeeded")
-        .group_by(runs.c.job)
-    )
+    statement = f"""
+        SELECT job, max(period) AS period, max(finished_at) AS finished_at FROM {RUNS}
+        WHERE status = 'succeeded' GROUP BY job
+    """
     with database.transaction() as connection:
         return {
             row.job: Success(row.period, row.finished_at) for row in connection.execute(statement)
@@ -215,14 +221,13 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
     "Recorded" is when the run finished, or when its row was written for a run that
     never started (a missed period): a period missed long ago is news when recorded.
     """
-    recorded: ColumnElement[datetime] = func.coalesce(runs.c.finished_at, runs.c.claimed_at)
-    statement = (
-        select(*_RUN_COLUMNS)
-        .where(runs.c.status.in_(list(statuses)), recorded >= since)
-        .order_by(runs.c.job, runs.c.period)
+    listed, parameters = in_list("status", list(statuses))
+    return _runs(
+        database,
+        f"status IN ({listed}) AND coalesce(finished_at, claimed_at) >= :since",
+        {**parameters, "since": since},
+        "ORDER BY job, period",
     )
-    with database.transaction() as connection:
-        return [_run(row) for row in connection.execute(statement)]
 
 
 def count_by_job(
@@ -230,16 +235,16 @@ def count_by_job(
 ) -> dict[str, int]:
     """How many runs each job has in the given statuses (recorded at or after
     `recorded_since`, as `recorded_since` reads "recorded"); jobs with none are left out."""
-    statement = (
-        select(runs.c.job, func.count().label("runs"))
-        .where(runs.c.status.in_(list(statuses)))
-        .group_by(runs.c.job)
-    )
+    listed, parameters = in_list("status", list(statuses))
+    recent = ""
     if recorded_since is not None:
-        recorded = func.coalesce(runs.c.finished_at, runs.c.claimed_at)
-        statement = statement.where(recorded >= recorded_since)
+        recent = " AND coalesce(finished_at, claimed_at) >= :since"
+        parameters["since"] = recorded_since
+    statement = (
+        f"SELECT job, count(*) AS runs FROM {RUNS} WHERE status IN ({listed}){recent} GROUP BY job"
+    )
     with database.transaction() as connection:
-        return {row.job: int(row.runs) for row in connection.execute(statement)}
+        return {row.job: int(row.runs) for row in connection.execute(statement, parameters)}
 
 
 def list_nodes(
@@ -252,32 +257,35 @@ def list_nodes(
     """Nodes, newest start first; with `seen_since`, only those heard from since then,
     with `started_since` only those started since, with `kind` only those of that
     jobs digest (`one-shot`)."""
-    statement = select(*_NODE_COLUMNS).order_by(nodes.c.started_at.desc(), nodes.c.id)
+    conditions = ["TRUE"]
     if seen_since is not None:
-        statement = statement.where(nodes.c.heartbeat_at >= seen_since)
+        conditions.append("heartbeat_at >= :seen_since")
     if started_since is not None:
-        statement = statement.where(nodes.c.started_at >= started_since)
+        conditions.append("started_at >= :started_since")
     if kind is not None:
-        statement = statement.where(nodes.c.jobs_digest == kind)
+        conditions.append("jobs_digest = :kind")
+    statement = f"""
+        SELECT {_NODE_COLUMNS} FROM {NODES} WHERE {" AND ".join(conditions)}
+        ORDER BY started_at DESC, id
+    """
+    parameters = {"seen_since": seen_since, "started_since": started_since, "kind": kind}
     with database.transaction() as connection:
-        return [NodeRow(**row._mapping) for row in connection.execute(statement)]
+        return [NodeRow(**row._asdict()) for row in connection.execute(statement, parameters)]
 
 
 def holder_of(
     database: Database, job: str, period: datetime
 ) -> tuple[str | None, RunStatus] | None:
     """Who holds a period and in which state, for a loser's log line."""
+    statement = f"SELECT holder, status FROM {RUNS} WHERE job = :job AND period = :period"
     with database.transaction() as connection:
-        row = connection.execute(
-            select(runs.c.holder, runs.c.status).where(runs.c.job == job, runs.c.period == period)
-        ).first()
+        row = connection.execute(statement, {"job": job, "period": period}).first()
     return None if row is None else (row.holder, RunStatus(row.status))
 
 
 def run_mapping(database: Database, job: str, period: datetime) -> dict[str, object] | None:
     """One run as a plain mapping, for the CLI and tests."""
+    statement = f"SELECT * FROM {RUNS} WHERE job = :job AND period = :period"
     with database.transaction() as connection:
-        row = connection.execute(
-            select(runs).where(runs.c.job == job, runs.c.period == period)
-        ).first()
-    return dict(row._mapping) if row else None
+        row = connection.execute(statement, {"job": job, "period": period}).first()
+    return row._asdict() if row else None

@@ -8,25 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, and_, select, update
-
 from scheduler.model import Held
 from scheduler.states import Origin, RunStatus
-from scheduler.store.database import Database
-from scheduler.store.schema import runs
+from scheduler.store.connection import in_list
+from scheduler.store.database import Connection, Database
+from scheduler.store.fence import RUNS
 
 # What a holder renews: not `queued`, whose lease is its message's deadline.
-RENEWED = [RunStatus.CLAIMED.value, RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]
-_HELD_COLUMNS = (
-    runs.c.id,
-    runs.c.job,
-    runs.c.period,
-    runs.c.attempt,
-    runs.c.status,
-    runs.c.lease_seconds,
-    runs.c.origin,
-    runs.c.started_attempts,
-)
+RENEWED_SQL = "'claimed', 'running', 'timed_out'"
+_HELD_COLUMNS = "id, job, period, attempt, status, lease_seconds, origin, started_attempts"
 
 
 def renew_leases(database: Database, holder: str) -> list[Held]:
@@ -44,27 +34,27 @@ def renew_leases(database: Database, holder: str) -> list[Held]:
 
 def renew_on(database: Database, connection: Connection, holder: str) -> list[Held]:
     """`renew_leases` inside a transaction of the caller's (the heartbeat's beat)."""
-    now = database.now()
-    held = and_(
-        runs.c.holder == holder,
-        runs.c.lease_expires_at >= now,
-        runs.c.status.in_(RENEWED),
-    )
+    held = f"holder = :holder AND lease_expires_at >= {database.now} AND status IN ({RENEWED_SQL})"
     if database.arrays:
-        statement = (
-            update(runs)
-            .where(held)
-            .values(lease_expires_at=database.lease_until(runs.c.lease_seconds))
-            .returning(*_HELD_COLUMNS)
+        statement = f"""
+            UPDATE {RUNS} SET lease_expires_at = {database.lease_until("lease_seconds")}
+            WHERE {held} RETURNING {_HELD_COLUMNS}
+        """
+        return [_held(row) for row in connection.execute(statement, {"holder": holder})]
+    found = [
+        _held(row)
+        for row in connection.execute(
+            f"SELECT {_HELD_COLUMNS} FROM {RUNS} WHERE {held}",
+            {"holder": holder},
         )
-        return [_held(row) for row in connection.execute(statement)]
-    found = [_held(row) for row in connection.execute(select(*_HELD_COLUMNS).where(held))]
+    ]
+    # SQLite's times are values: one statement per lease length.
     for seconds in {row.lease_seconds for row in found}:
-        ids = [row.id for row in found if row.lease_seconds == seconds]
+        ids, parameters = in_list("id", [row.id for row in found if row.lease_seconds == seconds])
+        lease, leased = database.lease("lease_s", seconds)
         connection.execute(
-            update(runs)
-            .where(runs.c.id.in_(ids), held)
-            .values(lease_expires_at=database.lease_until(seconds))
+            f"UPDATE {RUNS} SET lease_expires_at = {lease} WHERE id IN ({ids}) AND {held}",
+            {**parameters, **leased, "holder": holder},
         )
     return found
 

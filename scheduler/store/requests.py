@@ -14,11 +14,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, insert, select, update
-
-from scheduler.store.database import Database
-from scheduler.store.schema import requests
+from scheduler.store.database import Connection, Database
 from scheduler.store.wakeups import Wake, notify_on
+
+REQUESTS = "scheduler_requests"
 
 
 class RequestKind(StrEnum):
@@ -67,26 +66,37 @@ class RequestRow:
     run_id: str | None
 
 
-_COLUMNS = [requests.c[name] for name in RequestRow.__dataclass_fields__]
+_COLUMNS = ", ".join(RequestRow.__dataclass_fields__)
+
+
+def _request(row: Any) -> RequestRow:
+    values = row._asdict()
+    values["force"], values["include_failed"] = bool(row.force), bool(row.include_failed)
+    return RequestRow(**values)
 
 
 def add(database: Database, draft: Draft) -> str:
     """Write the request for a node to take; its id."""
     request_id = uuid.uuid4().hex
-    statement = insert(requests).values(
-        id=request_id,
-        job=draft.job,
-        kind=draft.kind.value,
-        period=draft.period,
-        range_start=draft.range_start,
-        range_end=draft.range_end,
-        force=draft.force,
-        include_failed=draft.include_failed,
-        requested_at=database.now(),
-        requested_by=draft.requested_by,
-    )
+    statement = f"""
+        INSERT INTO {REQUESTS} (id, job, kind, period, range_start, range_end, force,
+                                include_failed, requested_at, requested_by)
+        VALUES (:id, :job, :kind, :period, :range_start, :range_end, :force,
+                :include_failed, {database.now}, :requested_by)
+    """
+    parameters = {
+        "id": request_id,
+        "job": draft.job,
+        "kind": draft.kind.value,
+        "period": draft.period,
+        "range_start": draft.range_start,
+        "range_end": draft.range_end,
+        "force": draft.force,
+        "include_failed": draft.include_failed,
+        "requested_by": draft.requested_by,
+    }
     with database.transaction() as connection:
-        connection.execute(statement)
+        connection.execute(statement, parameters)
         notify_on(database, connection, Wake.REQUEST)
     return request_id
 
@@ -98,27 +108,24 @@ def pending(database: Database, jobs: Collection[str], limit: int = 20) -> list[
     pending requests are few, and those of jobs this node does not know are left
     for a node that does.
     """
-    statement = (
-        select(*_COLUMNS)
-        .where(requests.c.taken_by.is_(None))
-        .order_by(requests.c.requested_at, requests.c.id)
-        .limit(limit * 10)
-    )
+    statement = f"""
+        SELECT {_COLUMNS} FROM {REQUESTS} WHERE taken_by IS NULL
+        ORDER BY requested_at, id LIMIT :limit
+    """
     known = set(jobs)
     with database.transaction() as connection:
-        rows = [RequestRow(**row._mapping) for row in connection.execute(statement)]
+        rows = [_request(row) for row in connection.execute(statement, {"limit": limit * 10})]
     return [row for row in rows if row.job in known][:limit]
 
 
 def take(database: Database, request_id: str, node_id: str) -> bool:
     """Take the request for this node; False if another node was faster."""
-    statement = (
-        update(requests)
-        .where(requests.c.id == request_id, requests.c.taken_by.is_(None))
-        .values(taken_by=node_id, taken_at=database.now())
-    )
+    statement = f"""
+        UPDATE {REQUESTS} SET taken_by = :node, taken_at = {database.now}
+        WHERE id = :id AND taken_by IS NULL
+    """
     with database.transaction() as connection:
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {"id": request_id, "node": node_id}).rowcount == 1
 
 
 def finish(
@@ -131,31 +138,40 @@ def finish(
     run_id: str | None = None,
 ) -> None:
     """Record how the request the node took went."""
-    statement = (
-        update(requests)
-        .where(requests.c.id == request_id, requests.c.taken_by == node_id)
-        .values(outcome=outcome.value, detail=detail, run_id=run_id, finished_at=database.now())
-    )
+    statement = f"""
+        UPDATE {REQUESTS} SET outcome = :outcome, detail = :detail, run_id = :run_id,
+            finished_at = {database.now}
+        WHERE id = :id AND taken_by = :node
+    """
+    parameters = {
+        "id": request_id,
+        "node": node_id,
+        "outcome": outcome.value,
+        "detail": detail,
+        "run_id": run_id,
+    }
     with database.transaction() as connection:
-        connection.execute(statement)
+        connection.execute(statement, parameters)
 
 
 def get(database: Database, request_id: str) -> RequestRow | None:
-    statement = select(*_COLUMNS).where(requests.c.id == request_id)
+    statement = f"SELECT {_COLUMNS} FROM {REQUESTS} WHERE id = :id"
     with database.transaction() as connection:
-        row = connection.execute(statement).first()
-    return RequestRow(**row._mapping) if row else None
+        row = connection.execute(statement, {"id": request_id}).first()
+    return _request(row) if row else None
 
 
 def recent(database: Database, job: str | None = None, limit: int = 20) -> list[RequestRow]:
     """The newest requests, of one job or of every job."""
-    statement = (
-        select(*_COLUMNS).order_by(requests.c.requested_at.desc(), requests.c.id).limit(limit)
-    )
-    if job is not None:
-        statement = statement.where(requests.c.job == job)
+    where = " WHERE job = :job" if job is not None else ""
+    statement = f"""
+        SELECT {_COLUMNS} FROM {REQUESTS}{where}
+        ORDER BY requested_at DESC, id LIMIT :limit
+    """
     with database.transaction() as connection:
-        return [RequestRow(**row._mapping) for row in connection.execute(statement)]
+        return [
+            _request(row) for row in connection.execute(statement, {"job": job, "limit": limit})
+        ]
 
 
 def any_pending_on(connection: Connection) -> bool:
@@ -163,11 +179,11 @@ def any_pending_on(connection: Connection) -> bool:
     return connection.execute(pending_query()).first() is not None
 
 
-def pending_query() -> Select[Any]:
-    return select(requests.c.id).where(requests.c.taken_by.is_(None)).limit(1)
+def pending_query() -> str:
+    return f"SELECT id FROM {REQUESTS} WHERE taken_by IS NULL LIMIT 1"
 
 
 def count_pending(database: Database) -> int:
-    statement = select(func.count()).where(requests.c.taken_by.is_(None))
+    statement = f"SELECT count(*) FROM {REQUESTS} WHERE taken_by IS NULL"
     with database.transaction() as connection:
-        return int(connection.execute(statement).scalar_one())
+        return int(connection.execute(statement).scalar())

@@ -1,7 +1,9 @@
 """The tables, as SQLAlchemy metadata: the single source of truth the migrations follow.
 
 Every table carries the `scheduler_` prefix so the scheduler can live in an
-application's own database.
+application's own database. Only the migrations (and the tests that check them) load
+this module: the store's statements are SQL of their own (`store.connection` says how
+instants are kept on each backend, as `UTCDateTime` below does for Alembic).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from sqlalchemy import (
     TypeDecorator,
 )
 
-# The scheduler's own Alembic version table: an application sharing the database keeps
-# `alembic_version` for its own revisions.
-VERSION_TABLE = "scheduler_alembic_version"
+from scheduler.store.migrate import VERSION_TABLE
+
+__all__ = ["VERSION_TABLE", "metadata"]
 
 metadata = MetaData(
     naming_convention={

@@ -14,39 +14,14 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    and_,
-    case,
-    exists,
-    func,
-    literal,
-    null,
-    or_,
-    select,
-    tuple_,
-    update,
-)
-
 from scheduler.model import Claim, Stale
 from scheduler.states import Origin, Reason, RunStatus
-from scheduler.store.database import Database
-from scheduler.store.fence import ACTIVE, RETRYABLE
-from scheduler.store.schema import attempts, jobs, runs
+from scheduler.store.connection import in_list
+from scheduler.store.database import Connection, Database
+from scheduler.store.fence import ACTIVE_SQL, RETRYABLE_SQL, RUNS
 
-STALE_COLUMNS = (
-    runs.c.id,
-    runs.c.job,
-    runs.c.period,
-    runs.c.attempt,
-    runs.c.holder,
-    runs.c.status,
-    runs.c.lease_seconds,
-    runs.c.origin,
-    runs.c.started_attempts,
-)
+ATTEMPTS = "scheduler_attempts"
+STALE_COLUMNS = "id, job, period, attempt, holder, status, lease_seconds, origin, started_attempts"
 
 
 def stale_from(row: Any, *, expired: bool) -> Stale:
@@ -65,21 +40,19 @@ def stale_from(row: Any, *, expired: bool) -> Stale:
     )
 
 
-def _expired(now: ColumnElement[datetime]) -> ColumnElement[bool]:
-    return and_(runs.c.status.in_(ACTIVE), runs.c.lease_expires_at < now)
+def _expired(now: str) -> str:
+    return f"(status IN ({ACTIVE_SQL}) AND lease_expires_at < {now})"
 
 
-def _retry_due(now: ColumnElement[datetime]) -> ColumnElement[bool]:
+def _retry_due(now: str) -> str:
     """A retry whose time has come, and whose last attempt no longer runs anywhere."""
-    return and_(
-        runs.c.retry_at <= now,
-        or_(runs.c.lease_expires_at.is_(None), runs.c.lease_expires_at < now),
-    )
+    return f"(retry_at <= {now} AND (lease_expires_at IS NULL OR lease_expires_at < {now}))"
 
 
-def _not_paused() -> ColumnElement[bool]:
-    """A paused job's runs stay as they are until it is resumed."""
-    return ~exists().where(jobs.c.name == runs.c.job, jobs.c.paused.is_(True))
+# A paused job's runs stay as they are until it is resumed.
+_NOT_PAUSED = (
+    f"NOT EXISTS (SELECT 1 FROM scheduler_jobs AS job WHERE job.name = {RUNS}.job AND job.paused)"
+)
 
 
 def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[Stale]:
@@ -90,19 +63,21 @@ def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[St
     stale runs are few. Runs of jobs this node does not know are paged past here.
     """
     known = set(jobs)
-    now = database.now()
-    expired = _expired(now)
+    now = database.now
     found: list[Stale] = []
     after: tuple[datetime, str] | None = None
     with database.transaction() as connection:
         while len(found) < limit:
-            statement = select(*STALE_COLUMNS, expired.label("expired")).where(
-                expired | _retry_due(now), _not_paused()
-            )
+            parameters: dict[str, Any] = {"limit": limit}
+            paging = ""
             if after is not None:
-                statement = statement.where(tuple_(runs.c.period, runs.c.id) > tuple_(*after))
+                paging = " AND (period, id) > (:after_period, :after_id)"
+                parameters |= {"after_period": after[0], "after_id": after[1]}
             page = connection.execute(
-                statement.order_by(runs.c.period, runs.c.id).limit(limit)
+                f"""SELECT {STALE_COLUMNS}, {_expired(now)} AS expired FROM {RUNS}
+                    WHERE ({_expired(now)} OR {_retry_due(now)}) AND {_NOT_PAUSED}{paging}
+                    ORDER BY period, id LIMIT :limit""",
+                parameters,
             ).all()
             found += [
                 stale_from(row, expired=bool(row.expired)) for row in page if row.job in known
@@ -137,27 +112,23 @@ def retake(
         connection = guarded.connection
         if not _supersede(database, connection, stale, by_hand=by_hand):
             return None
+        observed, parameters = _observed(database, stale, by_hand=by_hand)
+        lease, leased = database.lease("lease_s", stale.lease_seconds)
         taken = connection.execute(
-            update(runs)
-            .where(*_observed(database, stale, by_hand=by_hand))
-            .values(
-                attempt=stale.attempt + 1,
-                holder=holder,
-                status=RunStatus.CLAIMED.value,
-                reason=None,
-                origin=new_origin.value,
-                lease_expires_at=database.lease_until(stale.lease_seconds),
-                claimed_at=database.now(),
-                queued_at=None,
-                queue=None,
-                started_at=None,
-                finished_at=None,
-                duration_ms=None,
-                retry_at=None,
-                error_type=None,
-                error_message=None,
-                error_traceback=None,
-            )
+            f"""UPDATE {RUNS} SET attempt = :new_attempt, holder = :holder, status = 'claimed',
+                    reason = NULL, origin = :origin, lease_expires_at = {lease},
+                    claimed_at = {database.now}, queued_at = NULL, queue = NULL,
+                    started_at = NULL, finished_at = NULL, duration_ms = NULL,
+                    retry_at = NULL, error_type = NULL, error_message = NULL,
+                    error_traceback = NULL
+                WHERE {observed}""",
+            {
+                **parameters,
+                **leased,
+                "new_attempt": stale.attempt + 1,
+                "holder": holder,
+                "origin": new_origin.value,
+            },
         ).rowcount
     if taken != 1:
         return None
@@ -176,72 +147,66 @@ def retake(
 
 def crashes_of(database: Database, run_id: str) -> int:
     """How many earlier attempts of the run were lost with their node while they ran."""
-    statement = (
-        select(func.count())
-        .select_from(attempts)
-        .where(
-            attempts.c.run_id == run_id,
-            attempts.c.reason == Reason.LEASE_EXPIRED.value,
-            attempts.c.started_at.is_not(None),
-        )
-    )
+    statement = f"""
+        SELECT count(*) FROM {ATTEMPTS}
+        WHERE run_id = :run_id AND reason = '{Reason.LEASE_EXPIRED.value}'
+          AND started_at IS NOT NULL
+    """
     with database.transaction() as connection:
-        return int(connection.execute(statement).scalar_one())
+        return int(connection.execute(statement, {"run_id": run_id}).scalar())
 
 
 def park(database: Database, stale: Stale, retry_in: float) -> bool:
     """An expired run is given a later retry instead of being taken now: it ends
     abandoned (lease_expired) and any node may take it again after `retry_in` seconds."""
-    values = {
-        "status": RunStatus.ABANDONED.value,
-        "reason": Reason.LEASE_EXPIRED.value,
-        "lease_expires_at": None,
-        "finished_at": database.now(),
-        "retry_at": database.now_plus(retry_in),
-    }
+    observed, parameters = _observed(database, stale)
+    retry, later = database.after("retry_in", retry_in)
+    statement = f"""
+        UPDATE {RUNS} SET status = 'abandoned', reason = '{Reason.LEASE_EXPIRED.value}',
+            lease_expires_at = NULL, finished_at = {database.now}, retry_at = {retry}
+        WHERE {observed}
+    """
     with database.transaction() as connection:
-        statement = update(runs).where(*_observed(database, stale)).values(**values)
-        return connection.execute(statement).rowcount == 1
+        return connection.execute(statement, {**parameters, **later}).rowcount == 1
 
 
 def give_up(database: Database, stale: Stale) -> bool:
     """A run that may not be taken again: an expired one ends abandoned, a retry is dropped."""
-    values: dict[str, Any] = {"retry_at": None}
+    values = "retry_at = NULL"
     if stale.expired:
-        values |= {
-            "status": RunStatus.ABANDONED.value,
-            "reason": Reason.LEASE_EXPIRED.value,
-            "lease_expires_at": None,
-            "finished_at": database.now(),
-        }
-    with database.transaction() as connection:
-        return (
-            connection.execute(
-                update(runs).where(*_observed(database, stale)).values(**values)
-            ).rowcount
-            == 1
+        values += (
+            f", status = 'abandoned', reason = '{Reason.LEASE_EXPIRED.value}',"
+            f" lease_expires_at = NULL, finished_at = {database.now}"
         )
+    observed, parameters = _observed(database, stale)
+    with database.transaction() as connection:
+        statement = f"UPDATE {RUNS} SET {values} WHERE {observed}"
+        return connection.execute(statement, parameters).rowcount == 1
 
 
 def _observed(
     database: Database, stale: Stale, *, by_hand: bool = False
-) -> list[ColumnElement[bool]]:
+) -> tuple[str, dict[str, Any]]:
     """The run is still exactly as we read it (same attempt, holder and status) and still
     stale by the database clock: an expired lease not renewed since, a retry whose time
     has come and whose function no longer runs (by hand: a run that ended, and whose
-    function no longer runs)."""
-    holder = runs.c.holder.is_(None) if stale.holder is None else runs.c.holder == stale.holder
-    now = database.now()
-    same = [
-        runs.c.id == stale.id,
-        runs.c.attempt == stale.attempt,
-        runs.c.status == stale.status.value,
-        holder,
-    ]
+    function no longer runs). As SQL on the runs table, and its parameters."""
+    now = database.now
+    holder = "holder IS NULL" if stale.holder is None else "holder = :seen_holder"
+    same = (
+        f"{RUNS}.id = :seen_id AND attempt = :seen_attempt AND status = :seen_status AND {holder}"
+    )
+    parameters = {
+        "seen_id": stale.id,
+        "seen_attempt": stale.attempt,
+        "seen_status": stale.status.value,
+        "seen_holder": stale.holder,
+    }
     if by_hand:
-        ended = or_(runs.c.lease_expires_at.is_(None), runs.c.lease_expires_at < now)
-        return [*same, runs.c.status.not_in(ACTIVE), ended]
-    return [*same, _expired(now) if stale.expired else _retry_due(now), _not_paused()]
+        ended = f"(lease_expires_at IS NULL OR lease_expires_at < {now})"
+        return f"{same} AND status NOT IN ({ACTIVE_SQL}) AND {ended}", parameters
+    stale_now = _expired(now) if stale.expired else _retry_due(now)
+    return f"{same} AND {stale_now} AND {_NOT_PAUSED}", parameters
 
 
 def _supersede(
@@ -251,55 +216,28 @@ def _supersede(
     locking the run's row (PostgreSQL): the takeover that follows in this transaction
     then finds it exactly as copied."""
     if stale.expired:
-        status: ColumnElement[Any] = literal(RunStatus.ABANDONED.value)
-        reason: ColumnElement[Any] = case(
-            (runs.c.status == RunStatus.QUEUED.value, literal(Reason.QUEUE_EXPIRED.value)),
-            else_=literal(Reason.LEASE_EXPIRED.value),
+        status = "'abandoned'"
+        reason = (
+            f"CASE WHEN status = 'queued' THEN '{Reason.QUEUE_EXPIRED.value}'"
+            f" ELSE '{Reason.LEASE_EXPIRED.value}' END"
         )
-        finished: ColumnElement[Any] = database.now()
+        finished = database.now
     else:
-        status, reason, finished = runs.c.status, runs.c.reason, runs.c.finished_at
-    source = select(
-        runs.c.id,
-        runs.c.attempt,
-        runs.c.job,
-        runs.c.period,
-        runs.c.holder,
-        status,
-        reason,
-        runs.c.started_at,
-        finished,
-        runs.c.duration_ms,
-        runs.c.error_type,
-        runs.c.error_message,
-        runs.c.error_traceback,
-    ).where(*_observed(database, stale, by_hand=by_hand))
-    if database.job_locks:  # a row lock too, where writers run side by side
-        source = source.with_for_update(of=runs)
-    statement = (
-        database.insert(attempts)
-        .from_select(_ATTEMPT_COLUMNS, source)
-        .on_conflict_do_nothing(index_elements=["run_id", "attempt"])
-        .returning(attempts.c.run_id)
-    )
-    return connection.execute(statement).first() is not None
-
-
-_ATTEMPT_COLUMNS = [
-    "run_id",
-    "attempt",
-    "job",
-    "period",
-    "node",
-    "status",
-    "reason",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "error_type",
-    "error_message",
-    "error_traceback",
-]
+        status, reason, finished = "status", "reason", "finished_at"
+    observed, parameters = _observed(database, stale, by_hand=by_hand)
+    # A row lock too, where writers run side by side.
+    locking = f" FOR UPDATE OF {RUNS}" if database.job_locks else ""
+    statement = f"""
+        INSERT INTO {ATTEMPTS} (run_id, attempt, job, period, node, status, reason,
+                                started_at, finished_at, duration_ms, error_type,
+                                error_message, error_traceback)
+        SELECT id, attempt, job, period, holder, {status}, {reason}, started_at, {finished},
+               duration_ms, error_type, error_message, error_traceback
+        FROM {RUNS} WHERE {observed}{locking}
+        ON CONFLICT (run_id, attempt) DO NOTHING
+        RETURNING run_id
+    """
+    return connection.execute(statement, parameters).first() is not None
 
 
 def seconds_until_recovery(database: Database, jobs: Sequence[str] | None) -> float | None:
@@ -321,15 +259,16 @@ def next_deadline_on(database: Database, connection: Connection) -> float | None
     negative when it has passed (a pass may be due that no notice announced); None if
     no run holds a lease or waits for a retry. For the heartbeat's read."""
     lease, retry = next_deadline_queries()
-    statement = select(lease.scalar_subquery(), retry.scalar_subquery(), database.now())
-    return seconds_to_deadline(*connection.execute(statement).one())
+    row = connection.execute(
+        f"SELECT ({lease}) AS lease_at, ({retry}) AS retry_at, {database.now} AS now"
+    ).one()
+    return seconds_to_deadline(*row)
 
 
-def next_deadline_queries() -> tuple[Select[Any], Select[Any]]:
+def next_deadline_queries() -> tuple[str, str]:
     """The earliest lease end and the earliest retry, each a one-value query."""
-    leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
-    lease = select(func.min(runs.c.lease_expires_at)).where(leased)
-    retry = select(func.min(runs.c.retry_at)).where(runs.c.retry_at.is_not(None))
+    lease = f"SELECT min(lease_expires_at) FROM {RUNS} WHERE status IN ({ACTIVE_SQL}, 'timed_out')"
+    retry = f"SELECT min(retry_at) FROM {RUNS} WHERE retry_at IS NOT NULL"
     return lease, retry
 
 
@@ -346,31 +285,31 @@ def seconds_until_on(
     database: Database, connection: Connection, jobs: Sequence[str] | None
 ) -> float | None:
     """`seconds_until_recovery` inside a transaction of the caller's."""
-    leased = runs.c.status.in_([*ACTIVE, RunStatus.TIMED_OUT.value])
+    now = database.now
+    leased = f"status IN ({ACTIVE_SQL}, 'timed_out')"
+    parameters: dict[str, Any] = {}
     if jobs is None:
-        now = database.now()
-        lease_ahead = select(func.min(runs.c.lease_expires_at)).where(
-            leased, runs.c.lease_expires_at > now
-        )
-        retry_ahead = select(func.min(runs.c.retry_at)).where(runs.c.retry_at > now)
-        statement = select(
-            lease_ahead.scalar_subquery(), retry_ahead.scalar_subquery(), database.now()
-        )
+        statement = f"""SELECT
+            (SELECT min(lease_expires_at) FROM {RUNS}
+             WHERE {leased} AND lease_expires_at > {now}) AS lease_at,
+            (SELECT min(retry_at) FROM {RUNS} WHERE retry_at > {now}) AS retry_at,
+            {now} AS now"""
     else:
-        statement = select(
-            func.min(case((leased, runs.c.lease_expires_at), else_=null())),
-            func.min(runs.c.retry_at),
-            database.now(),
-        ).where(runs.c.job.in_(jobs), runs.c.status.in_([*ACTIVE, *RETRYABLE]))
-    lease, retry, now = connection.execute(statement).one()
-    deadlines = [_as_utc(moment) for moment in (lease, retry) if moment is not None]
+        names, parameters = in_list("job", list(jobs))
+        statement = f"""SELECT
+            min(CASE WHEN {leased} THEN lease_expires_at END) AS lease_at,
+            min(retry_at) AS retry_at, {now} AS now
+            FROM {RUNS}
+            WHERE job IN ({names}) AND status IN ({ACTIVE_SQL}, {RETRYABLE_SQL})"""
+    lease, retry, moment = connection.execute(statement, parameters).one()
+    deadlines = [_as_utc(value) for value in (lease, retry) if value is not None]
     if not deadlines:
         return None
-    return max(0.0, (min(deadlines) - _as_utc(now)).total_seconds())
+    return max(0.0, (min(deadlines) - _as_utc(moment)).total_seconds())
 
 
 def _as_utc(moment: datetime | str) -> datetime:
-    """Aggregates lose the column type on SQLite and come back as text."""
+    """An instant, from SQLite's text where a value came back untyped."""
     if isinstance(moment, str):
         moment = datetime.fromisoformat(moment)
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

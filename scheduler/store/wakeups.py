@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Connection, text
-
 from scheduler.model import lock_key
-from scheduler.store.database import Database
+from scheduler.store.database import Connection, Database
 
 CHANNEL = "scheduler"
 
@@ -56,7 +54,7 @@ def notify_on(database: Database, connection: Connection, kind: Wake, after: flo
         return
     payload = f"{kind.value}:{after:g}" if after else kind.value
     connection.execute(
-        text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
+        "SELECT pg_notify(:channel, :payload)", {"channel": CHANNEL, "payload": payload}
     )
 
 
@@ -81,7 +79,7 @@ RETRY_NOTIFY_SQL = (
 
 # The alert wake carried inside the batched finish: sent once if the statement gave
 # birth to any event (a `born` CTE returning a row per event inserted).
-ALERT_NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', '{Wake.ALERT.value}') FROM born LIMIT 1"  # noqa: S608 - constants
+ALERT_NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', '{Wake.ALERT.value}') FROM born LIMIT 1"
 
 
 # A claim that won more periods than this says nothing (a payload holds 8,000 bytes);
@@ -102,7 +100,7 @@ def notify_claimed(
     if not database.notifies or not tokens or len(tokens) > CLAIMED_AT_MOST:
         return
     connection.execute(
-        text("SELECT pg_notify(:channel, :payload)"),
+        "SELECT pg_notify(:channel, :payload)",
         {"channel": CHANNEL, "payload": f"{Wake.CLAIMED.value}:{','.join(tokens)}"},
     )
 

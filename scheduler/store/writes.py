@@ -16,23 +16,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, exists, or_, select, text, update
-
 from scheduler.model import Claim, Failure, Finish, Started, StartRequest
 from scheduler.states import Reason, RunStatus
 from scheduler.store import events as alert_events
-from scheduler.store.database import Database
+from scheduler.store.connection import in_list
+from scheduler.store.database import Connection, Database
+from scheduler.store.events import EVENTS
 from scheduler.store.fence import (
     ACTIVE_SQL,
+    FENCED_SQL,
+    MINE_SQL,
+    RUNS,
     fence_arrays,
     fence_of,
-    fenced,
-    mine,
+    fence_params,
 )
-from scheduler.store.schema import events, runs
 from scheduler.store.wakeups import ALERT_NOTIFY_SQL, RETRY_NOTIFY_SQL, Wake, notify_on
-
-_other = runs.alias("other")
 
 
 def start(database: Database, claim: Claim, *, in_turn: bool = False) -> Started:
@@ -87,86 +86,84 @@ def record(
     return applied, started
 
 
-def earlier_active(database: Database, job: Any, run_id: Any, period: Any) -> ColumnElement[bool]:
+def earlier_active(now: str) -> str:
     """Another period of the job runs (or lingers), or an earlier one waits, under a
-    live lease."""
-    return exists().where(
-        _other.c.job == job,
-        _other.c.id != run_id,
-        _other.c.lease_expires_at > database.now(),
-        or_(
-            _other.c.status.in_(
-                [RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.TIMED_OUT.value]
-            ),
-            and_(_other.c.status == RunStatus.CLAIMED.value, _other.c.period < period),
-        ),
-    )
+    live lease (`startable_params` give the run; `now` is the clock's SQL)."""
+    return f"""EXISTS (
+        SELECT 1 FROM {RUNS} AS other
+        WHERE other.job = :fence_job AND other.id <> :fence_id
+          AND other.lease_expires_at > {now}
+          AND (other.status IN ('queued', 'running', 'timed_out')
+               OR (other.status = 'claimed' AND other.period < :fence_period)))"""
 
 
-def startable(database: Database, claim: Claim, *, in_turn: bool) -> list[ColumnElement[bool]]:
+def startable(database: Database, *, in_turn: bool) -> str:
     """A claimed run its holder may set going now (start it here, or queue it for a
     worker): its fence, not started yet, its lease live, and, in turn, no earlier period
-    of its job active."""
-    conditions = [
-        mine(claim),
-        runs.c.status == RunStatus.CLAIMED.value,
-        runs.c.lease_expires_at > database.now(),
-    ]
+    of its job active. Parameters: `startable_params`."""
+    conditions = [MINE_SQL, "status = 'claimed'", f"lease_expires_at > {database.now}"]
     if in_turn:
-        conditions.append(~earlier_active(database, claim.job, claim.id, claim.period))
-    return conditions
+        conditions.append(f"NOT {earlier_active(database.now)}")
+    return " AND ".join(conditions)
+
+
+def startable_params(claim: Claim) -> dict[str, Any]:
+    return {**fence_params(claim), "fence_job": claim.job, "fence_period": claim.period}
 
 
 def _start_one(database: Database, connection: Connection, request: StartRequest) -> Started:
     claim = request.claim
-    ours = mine(claim)
+    lease, leased = database.lease("lease_s", claim.lease_seconds)
     again = connection.execute(
-        update(runs)
-        .where(ours, runs.c.status == RunStatus.RUNNING.value)
-        .values(lease_expires_at=database.lease_until(claim.lease_seconds))
+        f"UPDATE {RUNS} SET lease_expires_at = {lease} WHERE {MINE_SQL} AND status = 'running'",
+        {**fence_params(claim), **leased},
     )
     if again.rowcount == 1:
         return Started.STARTED
-    statement = (
-        update(runs)
-        .where(*startable(database, claim, in_turn=request.in_turn))
-        .values(
-            status=RunStatus.RUNNING.value,
-            started_at=database.now(),
-            started_attempts=runs.c.started_attempts + 1,
-            lease_expires_at=database.lease_until(claim.lease_seconds),
-        )
-    )
-    if connection.execute(statement).rowcount == 1:
+    statement = f"""
+        UPDATE {RUNS} SET status = 'running', started_at = {database.now},
+            started_attempts = started_attempts + 1, lease_expires_at = {lease}
+        WHERE {startable(database, in_turn=request.in_turn)}
+    """
+    if connection.execute(statement, {**startable_params(claim), **leased}).rowcount == 1:
         return Started.STARTED
-    waiting = and_(ours, runs.c.status == RunStatus.CLAIMED.value)
-    if request.in_turn and connection.execute(select(runs.c.id).where(waiting)).first():
-        return Started.WAIT
+    if request.in_turn:
+        waiting = connection.execute(
+            f"SELECT id FROM {RUNS} WHERE {MINE_SQL} AND status = 'claimed'",
+            fence_params(claim),
+        ).first()
+        if waiting:
+            return Started.WAIT
     return Started.LOST
 
 
 def _finish_one(database: Database, connection: Connection, outcome: Finish) -> bool:
     failure = outcome.failure
-    lease = database.lease_until(outcome.claim.lease_seconds) if outcome.lingering else None
-    conditions = [fenced(outcome.claim)]
-    if outcome.waiting_only:
-        conditions.append(runs.c.status == RunStatus.CLAIMED.value)
-    statement = (
-        update(runs)
-        .where(*conditions)
-        .values(
-            status=outcome.status.value,
-            reason=outcome.reason.value if outcome.reason else None,
-            finished_at=database.now(),
-            duration_ms=outcome.duration_ms,
-            lease_expires_at=lease,
-            retry_at=None if outcome.retry_in is None else database.now_plus(outcome.retry_in),
-            error_type=failure.type if failure else None,
-            error_message=failure.message if failure else None,
-            error_traceback=failure.traceback if failure else None,
-        )
-    )
-    if connection.execute(statement).rowcount == 1:
+    parameters: dict[str, Any] = {
+        **fence_params(outcome.claim),
+        "status": outcome.status.value,
+        "reason": outcome.reason.value if outcome.reason else None,
+        "duration_ms": outcome.duration_ms,
+        "error_type": failure.type if failure else None,
+        "error_message": failure.message if failure else None,
+        "error_traceback": failure.traceback if failure else None,
+    }
+    lease = retry = "NULL"
+    if outcome.lingering:
+        lease, leased = database.lease("lease_s", outcome.claim.lease_seconds)
+        parameters |= leased
+    if outcome.retry_in is not None:
+        retry, later = database.after("retry_in", outcome.retry_in)
+        parameters |= later
+    waiting_only = " AND status = 'claimed'" if outcome.waiting_only else ""
+    statement = f"""
+        UPDATE {RUNS} SET status = :status, reason = :reason, finished_at = {database.now},
+            duration_ms = :duration_ms, lease_expires_at = {lease}, retry_at = {retry},
+            error_type = :error_type, error_message = :error_message,
+            error_traceback = :error_traceback
+        WHERE {FENCED_SQL}{waiting_only}
+    """
+    if connection.execute(statement, parameters).rowcount == 1:
         alert_events.finished(database, connection, outcome)
         return True
     return _already_written(connection, [outcome]) == [True]
@@ -175,13 +172,12 @@ def _finish_one(database: Database, connection: Connection, outcome: Finish) -> 
 def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
     """For refused outcomes: which of them the row already shows, under the same fence
     (an earlier try of this very write, whose reply was lost)."""
-    ids = [outcome.claim.id for outcome in outcomes]
+    ids, parameters = in_list("id", [outcome.claim.id for outcome in outcomes])
     rows = {
         row.id: row
         for row in connection.execute(
-            select(runs.c.id, runs.c.attempt, runs.c.holder, runs.c.status).where(
-                runs.c.id.in_(ids)
-            )
+            f"SELECT id, attempt, holder, status FROM {RUNS} WHERE id IN ({ids})",
+            parameters,
         )
     }
     answers = []
@@ -201,9 +197,8 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
 # index, reading every claimed row for each batch of 16 (several times slower).
 # A row already running under the same fence is this start, tried again: it keeps its
 # started_at and start count and only has its lease renewed.
-_START_POSTGRES = text(
-    f"""
-    UPDATE {runs.name} AS run SET status = 'running',
+_START_POSTGRES = f"""
+    UPDATE {RUNS} AS run SET status = 'running',
         started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
                           ELSE run.started_at END,
         started_attempts = run.started_attempts
@@ -216,24 +211,21 @@ _START_POSTGRES = text(
       AND (run.status IN ('claimed', 'running')) IS TRUE
       AND run.lease_expires_at > statement_timestamp()
       AND (run.status = 'running' OR NOT (wanted.in_turn AND EXISTS (
-          SELECT FROM {runs.name} AS other
+          SELECT FROM {RUNS} AS other
           WHERE other.job = run.job AND other.id <> run.id
             AND other.lease_expires_at > statement_timestamp()
             AND (other.status IN ('queued', 'running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period)))))
     RETURNING run.id, run.attempt, run.holder
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
+"""
 
-_STILL_WAITING_POSTGRES = text(
-    f"""
-    SELECT run.id, run.attempt, run.holder FROM {runs.name} AS run
+_STILL_WAITING_POSTGRES = f"""
+    SELECT run.id, run.attempt, run.holder FROM {RUNS} AS run
     JOIN unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]))
          AS wanted(id, attempt, holder)
       ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status = 'claimed') IS TRUE
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
+"""
 
 
 def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) -> list[Started]:
@@ -262,10 +254,9 @@ def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) ->
 # of the rows it wrote, so an event lands exactly when its outcome does. `recovered` is
 # kept only where the job's newest `failed` or `recovered` event before this period is
 # a `failed` one: looked up among the job's events, which are few, not its runs.
-_FINISH_POSTGRES = text(
-    f"""
+_FINISH_POSTGRES = f"""
     WITH done AS (
-    UPDATE {runs.name} AS run
+    UPDATE {RUNS} AS run
     SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
         duration_ms = done.duration_ms,
         lease_expires_at = CASE WHEN done.lingering
@@ -288,7 +279,7 @@ _FINISH_POSTGRES = text(
     RETURNING run.id, run.attempt, run.holder, run.job, run.period,
               {RETRY_NOTIFY_SQL} AS woke
     ), born AS (
-    INSERT INTO {events.name} (job, period, kind, subject, run_id, attempt, detail,
+    INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, detail,
                                created_at, state, tries, next_try_at)
     SELECT done.job, done.period, candidate.kind, candidate.subject, done.id, done.attempt,
            candidate.detail, statement_timestamp(), 'pending', 0, statement_timestamp()
@@ -297,7 +288,7 @@ _FINISH_POSTGRES = text(
          AS candidate(id, kind, subject, detail)
     JOIN done ON done.id = candidate.id
     WHERE candidate.kind <> 'recovered' OR (
-        SELECT before.kind = 'failed' FROM {events.name} AS before
+        SELECT before.kind = 'failed' FROM {EVENTS} AS before
         WHERE before.job = done.job AND before.period < done.period
           AND before.kind IN ('failed', 'recovered')
         ORDER BY before.period DESC, before.kind LIMIT 1) IS TRUE
@@ -305,8 +296,7 @@ _FINISH_POSTGRES = text(
     RETURNING 1
     ), alerted AS ({ALERT_NOTIFY_SQL})
     SELECT done.id, done.attempt, done.holder, done.woke FROM done LEFT JOIN alerted ON TRUE
-    """  # noqa: S608 - table names and statuses are our constants; values are parameters
-)
+"""
 
 
 def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
@@ -339,13 +329,12 @@ def release(database: Database, claim: Claim, *, after: float = 0.0) -> bool:
     """A lingering attempt's function returned: drop the lease it kept, so its retry
     (if any) may go ahead. Fenced like any write of the attempt. `after` keeps the
     lease that many seconds more (a node about to exit with the function still in it)."""
+    lease, parameters = database.lease("after_s", after) if after else ("NULL", {})
     statement = (
-        update(runs)
-        .where(mine(claim), runs.c.status == RunStatus.TIMED_OUT.value)
-        .values(lease_expires_at=database.lease_until(after) if after else None)
+        f"UPDATE {RUNS} SET lease_expires_at = {lease} WHERE {MINE_SQL} AND status = 'timed_out'"
     )
     with database.transaction() as connection:
-        released = connection.execute(statement).rowcount == 1
-        if released and not after:
+        released = connection.execute(statement, {**fence_params(claim), **parameters})
+        if released.rowcount == 1 and not after:
             notify_on(database, connection, Wake.RECOVERY)
-        return released
+        return released.rowcount == 1

@@ -7,20 +7,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from scheduler.store.database import open_database
-from scheduler.store.schema import attempts, jobs, nodes, runs
+from tests.sql import rows
 
 
 def run_rows(database_url: str, job: str) -> list[dict[str, Any]]:
     database = open_database(database_url)
     try:
-        with database.transaction() as connection:
-            result = connection.execute(
-                select(runs).where(runs.c.job == job).order_by(runs.c.period)
-            )
-            return [dict(row._mapping) for row in result]
+        return rows(database, "scheduler_runs", order_by="period", job=job)
     finally:
         database.dispose()
 
@@ -29,15 +23,10 @@ def attempt_rows(
     database_url: str, *, job: str | None = None, run_id: str | None = None
 ) -> list[dict[str, Any]]:
     """The superseded attempts kept in scheduler_attempts, oldest first."""
-    statement = select(attempts).order_by(attempts.c.attempt)
-    if job is not None:
-        statement = statement.where(attempts.c.job == job)
-    if run_id is not None:
-        statement = statement.where(attempts.c.run_id == run_id)
+    where = {name: value for name, value in (("job", job), ("run_id", run_id)) if value is not None}
     database = open_database(database_url)
     try:
-        with database.transaction() as connection:
-            return [dict(row._mapping) for row in connection.execute(statement)]
+        return rows(database, "scheduler_attempts", order_by="attempt", **where)
     finally:
         database.dispose()
 
@@ -47,10 +36,8 @@ def table_counts(database_url: str) -> dict[str, int]:
     try:
         with database.transaction() as connection:
             return {
-                table.name: int(
-                    connection.execute(select(func.count()).select_from(table)).scalar_one()
-                )
-                for table in (runs, jobs, nodes)
+                table: int(connection.execute(f"SELECT count(*) FROM {table}").scalar())
+                for table in ("scheduler_runs", "scheduler_jobs", "scheduler_nodes")
             }
     finally:
         database.dispose()
@@ -89,11 +76,9 @@ def first_seen(database_url: str, job: str) -> datetime:
     """When a node first registered the job: the start of the history it is owed."""
     database = open_database(database_url)
     try:
-        with database.transaction() as connection:
-            moment = connection.execute(
-                select(jobs.c.first_seen).where(jobs.c.name == job)
-            ).scalar_one()
+        (found,) = rows(database, "scheduler_jobs", name=job)
     finally:
         database.dispose()
+    moment = found["first_seen"]
     assert isinstance(moment, datetime)
     return moment

@@ -6,10 +6,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, items, jobs, nodes, runs
+from tests.sql import insert
+from tests.sql import rows as table_rows
 
 
 def now() -> datetime:
@@ -29,20 +28,20 @@ def add_job(
     last_seen: datetime | None = None,
 ) -> None:
     with database.transaction() as connection:
-        connection.execute(
-            jobs.insert().values(
-                name=name,
-                cron=cron,
-                timezone=timezone,
-                first_seen=first_seen,
-                last_seen=last_seen or first_seen,
-                paused=paused,
-                paused_at=now() if paused else None,
-                lease_seconds=30,
-                timeout_seconds=None,
-                retries=retries,
-                alert_after_seconds=alert_after,
-            )
+        insert(
+            connection,
+            "scheduler_jobs",
+            name=name,
+            cron=cron,
+            timezone=timezone,
+            first_seen=first_seen,
+            last_seen=last_seen or first_seen,
+            paused=paused,
+            paused_at=now() if paused else None,
+            lease_seconds=30,
+            timeout_seconds=None,
+            retries=retries,
+            alert_after_seconds=alert_after,
         )
 
 
@@ -65,28 +64,28 @@ def add_run(
     run_id = uuid.uuid4().hex
     started = period + timedelta(milliseconds=5) if status not in ("skipped", "missed") else None
     with database.transaction() as connection:
-        connection.execute(
-            runs.insert().values(
-                id=run_id,
-                job=job,
-                period=period,
-                status=status,
-                reason=reason,
-                origin=origin,
-                attempt=attempt,
-                holder=holder,
-                lease_seconds=30,
-                claimed_at=claimed_at or period,
-                started_at=started,
-                finished_at=finished_at,
-                duration_ms=duration_ms,
-                error_type="builtins.ValueError" if error else None,
-                error_message=error,
-                error_traceback=f"Traceback (most recent call last):\nValueError: {error}"
-                if error
-                else None,
-                retry_at=retry_at,
-            )
+        insert(
+            connection,
+            "scheduler_runs",
+            id=run_id,
+            job=job,
+            period=period,
+            status=status,
+            reason=reason,
+            origin=origin,
+            attempt=attempt,
+            holder=holder,
+            lease_seconds=30,
+            claimed_at=claimed_at or period,
+            started_at=started,
+            finished_at=finished_at,
+            duration_ms=duration_ms,
+            error_type="builtins.ValueError" if error else None,
+            error_message=error,
+            error_traceback=f"Traceback (most recent call last):\nValueError: {error}"
+            if error
+            else None,
+            retry_at=retry_at,
         )
     return run_id
 
@@ -95,21 +94,21 @@ def add_attempt(
     database: Database, run_id: str, job: str, period: datetime, attempt: int, error: str
 ) -> None:
     with database.transaction() as connection:
-        connection.execute(
-            attempts.insert().values(
-                run_id=run_id,
-                attempt=attempt,
-                job=job,
-                period=period,
-                node=f"node-{attempt}",
-                status="failed",
-                started_at=period,
-                finished_at=period + timedelta(seconds=1),
-                duration_ms=1000,
-                error_type="builtins.RuntimeError",
-                error_message=error,
-                error_traceback=f"Traceback (most recent call last):\nRuntimeError: {error}",
-            )
+        insert(
+            connection,
+            "scheduler_attempts",
+            run_id=run_id,
+            attempt=attempt,
+            job=job,
+            period=period,
+            node=f"node-{attempt}",
+            status="failed",
+            started_at=period,
+            finished_at=period + timedelta(seconds=1),
+            duration_ms=1000,
+            error_type="builtins.RuntimeError",
+            error_message=error,
+            error_traceback=f"Traceback (most recent call last):\nRuntimeError: {error}",
         )
 
 
@@ -123,18 +122,18 @@ def add_node(
     digest: str | None = None,
 ) -> None:
     with database.transaction() as connection:
-        connection.execute(
-            nodes.insert().values(
-                id=node_id,
-                name=node_id,
-                host="host-1",
-                pid=42,
-                version="0.1.0",
-                started_at=started_at or heartbeat_at - timedelta(minutes=5),
-                heartbeat_at=heartbeat_at,
-                stopped_at=stopped_at,
-                jobs_digest=digest,
-            )
+        insert(
+            connection,
+            "scheduler_nodes",
+            id=node_id,
+            name=node_id,
+            host="host-1",
+            pid=42,
+            version="0.1.0",
+            started_at=started_at or heartbeat_at - timedelta(minutes=5),
+            heartbeat_at=heartbeat_at,
+            stopped_at=stopped_at,
+            jobs_digest=digest,
         )
 
 
@@ -143,21 +142,21 @@ def add_item(
 ) -> None:
     """An item as the run `run_id` (attempt 1) claimed it."""
     with database.transaction() as connection:
-        connection.execute(
-            items.insert().values(
-                job=job,
-                key=key,
-                state=state,
-                period=period,
-                run_id=run_id,
-                attempt=1,
-                node="node-a",
-                claimed_at=period,
-                done_at=period if state == "done" else None,
-            )
+        insert(
+            connection,
+            "scheduler_items",
+            job=job,
+            key=key,
+            state=state,
+            period=period,
+            run_id=run_id,
+            attempt=1,
+            node="node-a",
+            claimed_at=period,
+            done_at=period if state == "done" else None,
         )
 
 
-def rows(database: Database, table: Any) -> list[dict[str, Any]]:
-    with database.transaction() as connection:
-        return [dict(row._mapping) for row in connection.execute(select(table))]
+def rows(database: Database, table: str) -> list[dict[str, Any]]:
+    """Every row of a table (`scheduler_runs`, …), as mappings."""
+    return table_rows(database, table)

@@ -1,0 +1,321 @@
+"""One driver connection as the store uses it: SQL in, rows out, the same on both backends.
+
+Statements are written once with `:name` parameters (psycopg's `%(name)s` is made from
+them, once per text). What differs between the drivers stays here:
+
+- instants: every instant is an aware UTC `datetime` above this module. SQLite keeps
+  them as text, `YYYY-MM-DD HH:MM:SS.ffffff` in UTC (the format the tables have always
+  held, so that comparing two as text compares the instants); PostgreSQL as
+  `timestamptz`. A naive datetime is refused: it is a bug, not a time.
+- rows: tuples whose fields are also named after their columns. Instants come back as
+  aware UTC datetimes: on PostgreSQL by their type, on SQLite (which has no such type,
+  nor booleans) by their column's name, `TIMESTAMP_COLUMNS`, and flags likewise by
+  `FLAG_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+# SQLite: every column (and alias) that holds an instant; a unit test checks the list
+# against the tables.
+TIMESTAMP_COLUMNS = frozenset(
+    {
+        "period",
+        "lease_expires_at",
+        "claimed_at",
+        "queued_at",
+        "started_at",
+        "finished_at",
+        "retry_at",
+        "first_seen",
+        "last_seen",
+        "paused_at",
+        "resumed_at",
+        "caught_up_to",
+        "schedule_changed_at",
+        "heartbeat_at",
+        "stopped_at",
+        "done_at",
+        "range_start",
+        "range_end",
+        "requested_at",
+        "taken_at",
+        "created_at",
+        "next_try_at",
+        "taken_until",
+        "delivered_at",
+        # Aliases of computed instants.
+        "now",
+        "first",
+        "last",
+        "lease_at",
+        "free_at",
+    }
+)
+# SQLite: every column (and alias) that holds a flag.
+FLAG_COLUMNS = frozenset(
+    {"paused", "force", "include_failed", "expired", "live", "held", "in_progress", "started"}
+)
+
+Row = tuple[Any, ...]
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|::|:(\w+)|%")
+
+
+def sqlite_instant(moment: datetime) -> str:
+    """An instant as SQLite keeps it."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r} given where UTC is required")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _from_sqlite(value: Any) -> Any:
+    if isinstance(value, str):
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return value
+
+
+def _from_postgres(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not UTC:
+        return value.astimezone(UTC)
+    return value
+
+
+def _flag(value: Any) -> Any:
+    return value if value is None else bool(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def pyformat(sql: str) -> str:
+    """`:name` parameters as psycopg's `%(name)s` (a literal `%` doubled; `::` casts and
+    quoted text left alone)."""
+
+    def replace(match: re.Match[str]) -> str:
+        found = match.group(0)
+        if found == "%":
+            return "%%"
+        if match.group(1) is not None:
+            return f"%({match.group(1)})s"
+        return found
+
+    return _PLACEHOLDER.sub(replace, sql)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_type(names: tuple[str, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    fields = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+    make: Callable[[Sequence[Any]], tuple[Any, ...]] = fields._make
+    return make
+
+
+class Result:
+    """What a statement returned: its rows, fetched whole, and how many rows it changed."""
+
+    __slots__ = ("columns", "rowcount", "rows")
+
+    def __init__(self, columns: tuple[str, ...], rows: list[Any], rowcount: int) -> None:
+        self.columns, self.rows, self.rowcount = columns, rows, rowcount
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+    def all(self) -> list[Any]:
+        return self.rows
+
+    def first(self) -> Any | None:
+        return self.rows[0] if self.rows else None
+
+    def one(self) -> Any:
+        if len(self.rows) != 1:
+            raise LookupError(f"expected one row, got {len(self.rows)}")
+        return self.rows[0]
+
+    def scalar(self) -> Any:
+        """The first column of the first row, or None when there is no row."""
+        return self.rows[0][0] if self.rows else None
+
+    def scalars(self) -> list[Any]:
+        return [row[0] for row in self.rows]
+
+    def mappings(self) -> list[dict[str, Any]]:
+        return [row._asdict() for row in self.rows]
+
+
+class Connection:
+    """A borrowed connection, inside the transaction (or the autocommit run) the
+    database opened for it."""
+
+    __slots__ = ("_encode", "_listeners", "_paramstyle", "backend", "raw")
+
+    def __init__(
+        self, raw: Any, backend: str, listeners: Sequence[Callable[[str], None]] = ()
+    ) -> None:
+        self.raw, self.backend, self._listeners = raw, backend, listeners
+        postgres = backend == "postgresql"
+        self._paramstyle: Callable[[str], str] = pyformat if postgres else _same
+        self._encode: Callable[[Mapping[str, Any] | None], Mapping[str, Any]] = (
+            _checked if postgres else _for_sqlite
+        )
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.backend == "postgresql"
+
+    def execute(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Result:
+        """Run one statement (several, separated by `;`, when it has no parameters on
+        PostgreSQL: sent as one simple query, one round trip)."""
+        for listener in self._listeners:
+            listener(sql)
+        if parameters is None and self.is_postgres:
+            description, fetched, rowcount = self._send(sql, None)
+        else:
+            description, fetched, rowcount = self._send(
+                self._paramstyle(sql), self._encode(parameters)
+            )
+        if description is None:
+            return Result((), [], rowcount)
+        names = tuple(column[0] for column in description)
+        if self.is_postgres:
+            decoders = _postgres_decoders(tuple(column[1] for column in description))
+        else:
+            decoders = _sqlite_decoders(names)
+        make = _row_type(names)
+        if decoders:
+            rows = [make(_decoded(row, decoders)) for row in fetched]
+        else:
+            rows = [make(row) for row in fetched]
+        return Result(names, rows, rowcount)
+
+    def execute_many(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run one statement once per set of parameters (no rows come back)."""
+        if not rows:
+            return
+        for listener in self._listeners:
+            listener(sql)
+        cursor = self.raw.cursor()
+        try:
+            cursor.executemany(self._paramstyle(sql), [self._encode(row) for row in rows])
+        finally:
+            cursor.close()
+
+    def _send(self, sql: str, parameters: Mapping[str, Any] | None) -> tuple[Any, list[Any], int]:
+        """The statement's description (None if it returns no rows), rows, row count."""
+        cursor = self.raw.cursor()
+        try:
+            if parameters is None:
+                cursor.execute(sql)
+                description = cursor.description
+                while cursor.nextset():  # several statements: the last one's rows
+                    description = cursor.description or description
+            else:
+                cursor.execute(sql, parameters)
+                description = cursor.description
+            fetched = cursor.fetchall() if description is not None else []
+            return description, fetched, cursor.rowcount
+        finally:
+            cursor.close()
+
+
+class ForeignConnection(Connection):
+    """A job's own SQLAlchemy connection, inside the job's transaction: the store's
+    statements go through it (`exec_driver_sql`), so that they commit or roll back with
+    the job's writes and SQLAlchemy keeps track of its transaction."""
+
+    __slots__ = ()
+
+    def _send(self, sql: str, parameters: Mapping[str, Any] | None) -> tuple[Any, list[Any], int]:
+        result = self.raw.exec_driver_sql(sql, dict(parameters or {}))
+        if not result.returns_rows:
+            return None, [], result.rowcount
+        description = result.cursor.description
+        return description, list(result.fetchall()), result.rowcount
+
+
+def _same(sql: str) -> str:
+    return sql
+
+
+def _checked(parameters: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    assert parameters is not None
+    for value in parameters.values():
+        if isinstance(value, datetime) and value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given where UTC is required")
+    return parameters
+
+
+def _for_sqlite(parameters: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Instants as SQLite's text, and `:now`, this host's clock (SQLite has none of its
+    own), for every statement that names it."""
+    encoded = {
+        name: sqlite_instant(value) if isinstance(value, datetime) else value
+        for name, value in (parameters or {}).items()
+    }
+    encoded.setdefault("now", sqlite_instant(datetime.now(UTC)))
+    return encoded
+
+
+Decoders = tuple[tuple[int, Callable[[Any], Any]], ...]
+# PostgreSQL's type oids of `timestamptz` and `timestamptz[]`.
+_TIMESTAMPTZ, _TIMESTAMPTZ_ARRAY = 1184, 1185
+
+
+@functools.lru_cache(maxsize=256)
+def _postgres_decoders(types: tuple[int, ...]) -> Decoders:
+    """PostgreSQL types its columns: its instants come in the session's zone, made UTC."""
+    found: list[tuple[int, Callable[[Any], Any]]] = []
+    for index, oid in enumerate(types):
+        if oid == _TIMESTAMPTZ:
+            found.append((index, _from_postgres))
+        elif oid == _TIMESTAMPTZ_ARRAY:
+            found.append((index, _all_from_postgres))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _sqlite_decoders(names: tuple[str, ...]) -> Decoders:
+    """SQLite does not type its columns: their names say what they hold."""
+    found: list[tuple[int, Callable[[Any], Any]]] = []
+    for index, name in enumerate(names):
+        if name in TIMESTAMP_COLUMNS:
+            found.append((index, _from_sqlite))
+        elif name in FLAG_COLUMNS:
+            found.append((index, _flag))
+    return tuple(found)
+
+
+def _all_from_postgres(values: Any) -> Any:
+    return values if values is None else [_from_postgres(value) for value in values]
+
+
+def _decoded(row: Sequence[Any], decoders: Decoders) -> list[Any]:
+    values = list(row)
+    for index, decode in decoders:
+        values[index] = decode(values[index])
+    return values
+
+
+def in_list(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """`values` as the inside of an IN list of parameters `name_0`, `name_1`, …, and the
+    parameters (an empty list is `NULL`, which nothing is IN)."""
+    if not values:
+        return "NULL", {}
+    names = [f"{name}_{index}" for index in range(len(values))]
+    return ", ".join(f":{each}" for each in names), dict(zip(names, values, strict=True))
+
+
+def pairs_in(name: str, pairs: Sequence[tuple[Any, Any]]) -> tuple[str, dict[str, Any]]:
+    """Pairs as the inside of a row-value IN list, `(:name_0_a, :name_0_b), …`, and the
+    parameters."""
+    if not pairs:
+        return "(NULL, NULL)", {}
+    parameters: dict[str, Any] = {}
+    rows = []
+    for index, (first, second) in enumerate(pairs):
+        parameters[f"{name}_{index}_a"], parameters[f"{name}_{index}_b"] = first, second
+        rows.append(f"(:{name}_{index}_a, :{name}_{index}_b)")
+    return ", ".join(rows), parameters

@@ -1,0 +1,37 @@
+"""Plain SQL for tests that write rows as a node would have left them, or read rows back:
+through the store's own connection, so that instants are kept and read as the store
+keeps them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.store.database import Connection, Database
+
+
+def insert(connection: Connection, table: str, **values: Any) -> None:
+    """One row of `table` with these column values."""
+    columns = ", ".join(values)
+    placeholders = ", ".join(f":{name}" for name in values)
+    connection.execute(f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", values)
+
+
+def update(connection: Connection, table: str, where: dict[str, Any], **values: Any) -> int:
+    """Set `values` on the rows of `table` whose columns equal `where`; how many."""
+    assignments = ", ".join(f"{name} = :set_{name}" for name in values)
+    conditions = " AND ".join(f"{name} = :where_{name}" for name in where) or "TRUE"
+    parameters = {f"set_{name}": value for name, value in values.items()}
+    parameters |= {f"where_{name}": value for name, value in where.items()}
+    statement = f"UPDATE {table} SET {assignments} WHERE {conditions}"
+    return connection.execute(statement, parameters).rowcount
+
+
+def rows(
+    database: Database, table: str, order_by: str | None = None, **where: Any
+) -> list[dict[str, Any]]:
+    """Every row of `table` whose columns equal `where`, as mappings."""
+    conditions = " AND ".join(f"{name} = :{name}" for name in where) or "TRUE"
+    order = f" ORDER BY {order_by}" if order_by else ""
+    with database.transaction() as connection:
+        found = connection.execute(f"SELECT * FROM {table} WHERE {conditions}{order}", where)
+        return found.mappings()
