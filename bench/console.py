@@ -25,13 +25,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, insert
-
 from bench import harness
 from scheduler import http as operations_http
 from scheduler.store import migrate
 from scheduler.store.database import Database, open_database
-from scheduler.store.schema import jobs, runs
 
 STATUSES = ("succeeded",) * 44 + ("failed", "failed", "skipped", "skipped", "missed", "timed_out")
 PAGES = (
@@ -45,8 +42,9 @@ def seed(database: Database, count: int, periods: int) -> None:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     names = [f"job-{n:04d}" for n in range(count)]
     with database.transaction() as connection:
-        connection.execute(
-            insert(jobs),
+        harness.insert_rows(
+            connection,
+            "scheduler_jobs",
             [
                 {
                     "name": name,
@@ -67,10 +65,9 @@ def seed(database: Database, count: int, periods: int) -> None:
             for n, name in enumerate(names)
             for index in range(periods)
         ]
-        for start in range(0, len(rows), 2000):
-            connection.execute(insert(runs), rows[start : start + 2000])
+        harness.insert_rows(connection, "scheduler_runs", rows)
     with database.autocommit() as connection:
-        connection.exec_driver_sql("ANALYZE")  # as autovacuum would have, on both backends
+        connection.execute("ANALYZE")  # as autovacuum would have, on both backends
 
 
 def _run(job: str, period: datetime, status: str) -> dict[str, Any]:
@@ -98,13 +95,12 @@ def _run(job: str, period: datetime, status: str) -> dict[str, Any]:
 def serving(url: str) -> Iterator[tuple[int, list[str]]]:
     """The console on a free port of this process; the statements it sends."""
     database = open_database(url, connections=4)
-    sent: list[str] = []
-    event.listen(database.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
     server = operations_http.bind("127.0.0.1:0")
     assert server is not None
     server.start(database, None)
     try:
-        yield server.address.port, sent
+        with database.recording() as sent:
+            yield server.address.port, sent
     finally:
         server.stop()
         database.dispose()

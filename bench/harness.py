@@ -22,9 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+
+if TYPE_CHECKING:
+    from scheduler.store.connection import Connection
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
@@ -113,6 +116,15 @@ def query(url: str, statement: str, parameters: Sequence[Any] = ()) -> list[tupl
     with psycopg.connect(url, autocommit=True) as connection:
         cursor = connection.execute(statement, parameters)
         return cursor.fetchall() if cursor.description is not None else []
+
+
+def insert_rows(connection: Connection, table: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows of `table` through the store's connection (instants kept as the store keeps
+    them), every row with the columns of the first, in one `executemany`."""
+    columns = list(rows[0])
+    values = ", ".join(f":{column}" for column in columns)
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
+    connection.execute_many(sql, rows)
 
 
 def server_version() -> str:

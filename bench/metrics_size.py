@@ -27,7 +27,6 @@ from bench import harness
 from scheduler import metrics
 from scheduler.http import GZIP_LEVEL
 from scheduler.store.database import Database, open_database
-from scheduler.store.schema import jobs, runs
 
 CONFIGURATIONS = (("per-job histograms (baseline)", True), ("default", False))
 
@@ -68,8 +67,8 @@ def seed(database: Database, count: int) -> list[str]:
         for name in names
     ]
     with database.transaction() as connection:
-        connection.execute(jobs.insert(), job_rows)
-        connection.execute(runs.insert(), run_rows)
+        harness.insert_rows(connection, "scheduler_jobs", job_rows)
+        harness.insert_rows(connection, "scheduler_runs", run_rows)
     return names
 
 

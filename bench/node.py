@@ -1,11 +1,12 @@
 """`scheduler` with a statement counter: what the benchmarks start instead of the bare CLI.
 
 PostgreSQL's pg_stat_statements needs `shared_preload_libraries` (a server restart), so
-statements are counted at the driver instead: every `cursor.execute` SQLAlchemy sends is
-one statement and one round trip; an `executemany` is one round trip and one statement
-per parameter set (psycopg pipelines them); a multi-row INSERT is one statement. Commits
-are counted as transactions. The counts go to the JSON file named by BENCH_STATEMENTS
-every 0.2 s and at exit.
+statements are counted at the store's connection instead: every `execute` is one round
+trip, of the statements its text holds (`BEGIN; SELECT …` holds one: BEGIN, COMMIT and
+ROLLBACK are not counted as statements, as they never were); an `execute_many` is one
+round trip and one statement per parameter set (psycopg pipelines them). Each COMMIT
+counts a transaction. The counts go to the JSON file named by BENCH_STATEMENTS every
+0.2 s and at exit.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from scheduler.store.connection import Connection, Result
 
 FLUSH_S = 0.2
+_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
 _TABLE = re.compile(r"\b(scheduler_\w+|pg_advisory_xact_lock|statement_timestamp|alembic_version)")
 
 
@@ -37,35 +39,41 @@ class StatementCounter:
         self.kinds: dict[str, int] = {}
 
     def install(self) -> None:
-        event.listen(Engine, "before_cursor_execute", self._on_execute)
-        event.listen(Engine, "commit", self._on_commit)
+        """Count what every store connection of this process sends (the store's
+        statements on a job's own connection included)."""
+        counter = self
+        execute, execute_many = Connection.execute, Connection.execute_many
+
+        def counted(
+            self: Connection, sql: str, parameters: Mapping[str, Any] | None = None
+        ) -> Result:
+            # Only a text without parameters may hold several statements.
+            counter.sent(sql.split(";") if parameters is None else [sql], 1)
+            return execute(self, sql, parameters)
+
+        def counted_many(self: Connection, sql: str, rows: Sequence[Mapping[str, Any]]) -> None:
+            if rows:
+                counter.sent([sql], len(rows))
+            execute_many(self, sql, rows)
+
+        Connection.execute = counted  # type: ignore[method-assign]
+        Connection.execute_many = counted_many  # type: ignore[method-assign]
         threading.Thread(target=self._flush_forever, name="bench-counter", daemon=True).start()
         atexit.register(self.flush)
 
-    def _on_execute(
-        self,
-        _connection: Any,
-        _cursor: Any,
-        statement: str,
-        parameters: Any,
-        _context: Any,
-        executemany: bool,
-    ) -> None:
-        # SQLAlchemy's "insertmanyvalues" sends one multi-row INSERT with a flat dict of
-        # parameters; a real executemany passes a list of parameter sets.
-        many = executemany and isinstance(parameters, list | tuple)
-        count = len(parameters) if many and parameters else 1
-        words = statement.split(None, 1)
-        table = _TABLE.search(statement)
-        kind = f"{words[0].upper() if words else '?'} {table.group(1) if table else 'other'}"
+    def sent(self, statements: list[str], times: int) -> None:
+        """One round trip of `statements`, each sent `times` times."""
         with self._lock:
-            self.statements += count
             self.round_trips += 1
-            self.kinds[kind] = self.kinds.get(kind, 0) + count
-
-    def _on_commit(self, _connection: Any) -> None:
-        with self._lock:
-            self.transactions += 1
+            for statement in filter(str.strip, statements):
+                verb = statement.split(None, 1)[0].upper()
+                if verb in _CONTROL:
+                    self.transactions += verb == "COMMIT"
+                    continue
+                table = _TABLE.search(statement)
+                kind = f"{verb} {table.group(1) if table else 'other'}"
+                self.statements += times
+                self.kinds[kind] = self.kinds.get(kind, 0) + times
 
     def _flush_forever(self) -> None:
         while True:

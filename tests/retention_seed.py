@@ -7,11 +7,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import update
-
 from scheduler.store.database import Database
-from scheduler.store.schema import items, jobs
-from tests.integration.seed import add_attempt, add_job, add_run
+from tests.integration.seed import add_attempt, add_item, add_job, add_run
+from tests.sql import update
 
 RETENTION = timedelta(days=90)
 
@@ -46,20 +44,7 @@ def _item(
     database: Database, seeded: Seeded, key: str, age_days: int, state: str, *, doomed: bool
 ) -> None:
     moment = database.read_clock() - timedelta(days=age_days)
-    with database.transaction() as connection:
-        connection.execute(
-            items.insert().values(
-                job="billing",
-                key=key,
-                state=state,
-                period=moment,
-                run_id=uuid.uuid4().hex,
-                attempt=1,
-                node="node-a",
-                claimed_at=moment,
-                done_at=moment if state == "done" else None,
-            )
-        )
+    add_item(database, "billing", key, moment, uuid.uuid4().hex, state=state)
     (seeded.doomed_items if doomed else seeded.kept_items).add(key)
 
 
@@ -81,10 +66,11 @@ def seed(database: Database) -> Seeded:
     # watched: catch-up has come up to 100 days ago; later rows stay, however old.
     add_job(database, "watched", "0 0 * * *", first_seen=now - timedelta(days=400))
     with database.transaction() as connection:
-        connection.execute(
-            update(jobs)
-            .where(jobs.c.name == "watched")
-            .values(caught_up_to=now - timedelta(days=100))
+        update(
+            connection,
+            "scheduler_jobs",
+            {"name": "watched"},
+            caught_up_to=now - timedelta(days=100),
         )
     _run(database, seeded, "watched", 150, "succeeded", doomed=True)
     _run(database, seeded, "watched", 95, "succeeded", doomed=False)

@@ -35,3 +35,15 @@ def rows(
     with database.transaction() as connection:
         found = connection.execute(f"SELECT * FROM {table} WHERE {conditions}{order}", where)
         return found.mappings()
+
+
+def table_names(connection: Connection) -> set[str]:
+    """The tables of the database (on PostgreSQL: of the current schema), views aside."""
+    if connection.is_postgres:
+        sql = (
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        )
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    return set(connection.execute(sql).scalars())

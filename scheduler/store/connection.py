@@ -64,7 +64,7 @@ FLAG_COLUMNS = frozenset(
 )
 
 Row = tuple[Any, ...]
-_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|::|:(\w+)|%")
+_PLACEHOLDER = re.compile(r"--[^\n]*|'(?:[^']|'')*'|::|:(\w+)")
 
 
 def sqlite_instant(moment: datetime) -> str:
@@ -92,18 +92,15 @@ def _flag(value: Any) -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def pyformat(sql: str) -> str:
-    """`:name` parameters as psycopg's `%(name)s` (a literal `%` doubled; `::` casts and
-    quoted text left alone)."""
+    """`:name` parameters as psycopg's `%(name)s`. psycopg reads every `%` of the text as
+    its own (in literals and comments too), so each is doubled first; a `:name` inside a
+    literal or a comment, and `::` casts, are left alone."""
 
     def replace(match: re.Match[str]) -> str:
-        found = match.group(0)
-        if found == "%":
-            return "%%"
-        if match.group(1) is not None:
-            return f"%({match.group(1)})s"
-        return found
+        name = match.group(1)
+        return match.group(0) if name is None else f"%({name})s"
 
-    return _PLACEHOLDER.sub(replace, sql)
+    return _PLACEHOLDER.sub(replace, sql.replace("%", "%%"))
 
 
 @functools.lru_cache(maxsize=256)

@@ -293,9 +293,9 @@ class Database:
             with self._watched(raw):
                 yield connection
         except errors as error:
-            raise translate(error, connection_lost=_unusable(connection)) from error
+            raise translate(error, connection_lost=_lost(connection)) from error
         finally:
-            self.pool.give_back(raw, broken=_unusable(connection))
+            self.pool.give_back(raw, broken=_unusable(connection), lost=_lost(connection))
 
     def _watched(self, raw: Any) -> contextlib.AbstractContextManager[None]:
         if not self.is_postgres:
@@ -338,10 +338,13 @@ def _unusable(connection: Connection) -> bool:
     if connection.is_postgres:
         from psycopg.pq import TransactionStatus  # noqa: PLC0415 - loaded with psycopg
 
-        return bool(raw.closed or raw.broken) or (
-            raw.info.transaction_status != TransactionStatus.IDLE
-        )
+        return _lost(connection) or raw.info.transaction_status != TransactionStatus.IDLE
     return bool(raw.in_transaction)
+
+
+def _lost(connection: Connection) -> bool:
+    """The connection lost its server (PostgreSQL; a SQLite file has no such fault)."""
+    return connection.is_postgres and bool(connection.raw.closed or connection.raw.broken)
 
 
 def open_database(

@@ -89,13 +89,17 @@ class Pool(Generic[Raw]):
             self._opened[id(raw)] = self._opened.pop(id(ticket))
         return raw
 
-    def give_back(self, raw: Raw, *, broken: bool = False) -> None:
+    def give_back(self, raw: Raw, *, broken: bool = False, lost: bool = False) -> None:
         """Return a borrowed connection; a broken one, one opened before `dispose`, or
-        one past the kept few is closed."""
+        one past the kept few is closed. `lost`: it lost its server (the server went
+        away, or the path to it): every idle one is suspect too and is closed, as by
+        `dispose`, so that the next borrower learns at once how the server is now."""
+        if lost:
+            self.dispose()
         with self._ready:
             opened = self._opened.get(id(raw))
             keep = (
-                not broken
+                not (broken or lost)
                 and opened is not None
                 and opened.generation == self._generation
                 and len(self._idle) < self._kept

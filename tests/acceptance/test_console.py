@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
 
 from scheduler.store.database import open_database
-from scheduler.store.schema import jobs, requests
 from tests.acceptance.console_client import Answer, Console
 from tests.acceptance.processes import SCHEDULER, Node, environment, start_node
 from tests.acceptance.records import run_rows
@@ -26,21 +24,24 @@ PAYLOAD = "<script>alert(1)</script>"
 XSS_JOB = "charge<b>cards</b>"
 
 
-def _query(database_url: str, statement: Any) -> Any:
+def _query(database_url: str, sql: str, params: dict[str, Any] | None = None) -> Any:
+    """The one value of the one row `sql` reads."""
     database = open_database(database_url)
     try:
         with database.transaction() as connection:
-            return connection.execute(statement).scalar_one()
+            return connection.execute(sql, params).one()[0]
     finally:
         database.dispose()
 
 
 def paused(database_url: str, job: str) -> bool:
-    return bool(_query(database_url, select(jobs.c.paused).where(jobs.c.name == job)))
+    return bool(
+        _query(database_url, "SELECT paused FROM scheduler_jobs WHERE name = :job", {"job": job})
+    )
 
 
 def request_count(database_url: str) -> int:
-    return int(_query(database_url, select(func.count()).select_from(requests)))
+    return int(_query(database_url, "SELECT count(*) FROM scheduler_requests"))
 
 
 def wait_for(condition: Any, timeout: float, what: str) -> Any:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import inspect
-
 from scheduler.store.database import open_database
 from tests.acceptance.processes import run_command
+from tests.sql import table_names
 
 
 def test_the_examples_follow_database_url(tmp_path: Path, sqlite_url: str) -> None:
@@ -30,7 +29,8 @@ def test_the_examples_follow_database_url(tmp_path: Path, sqlite_url: str) -> No
     assert list(elsewhere.iterdir()) == [], "not the default sqlite:///scheduler.db"
     database = open_database(sqlite_url)
     try:
-        tables = set(inspect(database.engine).get_table_names())
+        with database.autocommit() as connection:
+            tables = table_names(connection)
     finally:
         database.dispose()
     assert {"example_sessions", "example_customers"} <= tables

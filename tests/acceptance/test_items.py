@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, text
 
 from scheduler.states import RunStatus
 from scheduler.store.database import open_database
-from scheduler.store.schema import items, runs
 from tests.acceptance.jobmods.resumable import STEPS
 from tests.acceptance.processes import SCHEDULER, environment, jobmods, run_command, start_node
 from tests.acceptance.records import run_rows
 from tests.integration.seed import add_run
 from tests.retention_seed import seed
+from tests.sql import insert
 
 pytestmark = pytest.mark.slow
 YEARLY_PERIOD = "2026-01-01T00:00:00Z"
@@ -85,7 +85,7 @@ def _run_ids(database_url: str) -> set[str]:
     database = open_database(database_url)
     try:
         with database.transaction() as connection:
-            return set(connection.execute(select(runs.c.id)).scalars())
+            return set(connection.execute("SELECT id FROM scheduler_runs").scalars())
     finally:
         database.dispose()
 
@@ -172,7 +172,7 @@ def test_a_thousand_items_survive_a_sigkill_and_a_forced_rerun(
         with database.transaction() as connection:
             states = Counter(
                 connection.execute(
-                    select(items.c.state).where(items.c.job == "bill-customers")
+                    "SELECT state FROM scheduler_items WHERE job = :job", {"job": "bill-customers"}
                 ).scalars()
             )
     finally:
@@ -312,17 +312,17 @@ def test_operators_list_settle_and_prune_from_the_command_line(
         # A claimed item whose run is still running is in progress, not stuck.
         busy = add_run(database, "billing", database.read_clock().replace(microsecond=0), "running")
         with database.transaction() as connection:
-            connection.execute(
-                items.insert().values(
-                    job="billing",
-                    key="busy",
-                    state="claimed",
-                    period=database.read_clock(),
-                    run_id=busy,
-                    attempt=1,
-                    node="node-a",
-                    claimed_at=database.read_clock(),
-                )
+            insert(
+                connection,
+                "scheduler_items",
+                job="billing",
+                key="busy",
+                state="claimed",
+                period=database.read_clock(),
+                run_id=busy,
+                attempt=1,
+                node="node-a",
+                claimed_at=database.read_clock(),
             )
     finally:
         database.dispose()

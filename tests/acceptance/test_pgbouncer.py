@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from scheduler.states import Reason, RunStatus
 from tests.acceptance.processes import Node, run_command, start_node
@@ -50,18 +50,19 @@ def _free_port() -> int:
 
 
 def _config(folder: Path, port: int) -> Path:
-    server = make_url(POSTGRES_ADMIN_URL)
-    user = server.username or "postgres"
-    (folder / "users.txt").write_text(f'"{user}" "{server.password or ""}"\n')
+    server = urlsplit(POSTGRES_ADMIN_URL)
+    user = unquote(server.username or "postgres")
+    password = unquote(server.password or "")
+    (folder / "users.txt").write_text(f'"{user}" "{password}"\n')
     config = folder / "pgbouncer.ini"
     config.write_text(
         "[databases]\n"
-        f"* = host={server.host or '127.0.0.1'} port={server.port or 5432}\n"
+        f"* = host={server.hostname or '127.0.0.1'} port={server.port or 5432}\n"
         "[pgbouncer]\n"
         "listen_addr = 127.0.0.1\n"
         f"listen_port = {port}\n"
         "unix_socket_dir =\n"
-        f"auth_type = {'md5' if server.password else 'trust'}\n"
+        f"auth_type = {'md5' if password else 'trust'}\n"
         f"auth_file = {folder / 'users.txt'}\n"
         "pool_mode = transaction\n"
         f"default_pool_size = {POOL_SIZE}\n"
@@ -103,8 +104,9 @@ def pgbouncer() -> Iterator[str]:
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
-        base = make_url(POSTGRES_ADMIN_URL).set(host="127.0.0.1", port=port)
-        url = base.render_as_string(hide_password=False)
+        server = urlsplit(POSTGRES_ADMIN_URL)
+        credentials = server.netloc.rpartition("@")[0]
+        url = server._replace(netloc=f"{credentials}@127.0.0.1:{port}".lstrip("@")).geturl()
         _wait_until_it_answers(url, process, log)
         yield url.rpartition("/")[0]
     finally:

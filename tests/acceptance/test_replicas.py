@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from scheduler.node.peers import Peers
 from scheduler.states import RunStatus
@@ -67,16 +66,14 @@ def test_a_hung_peers_share_is_claimed_by_the_others(tmp_path: Path, postgres_ur
         database = open_database(postgres_url)
         try:
             with database.transaction() as connection:
-                (live_id,) = connection.execute(text("SELECT id FROM scheduler_nodes")).one()
+                (live_id,) = connection.execute("SELECT id FROM scheduler_nodes").one()
                 ghost = _a_peer_owning_some(live_id)
                 # The ghost's heartbeat stays fresh for an hour: it looks alive throughout.
                 connection.execute(
-                    text(
-                        "INSERT INTO scheduler_nodes (id, name, host, pid, version, started_at,"
-                        " heartbeat_at, jobs_digest) SELECT :ghost, 'ghost', 'nowhere', 1,"
-                        " version, now(), now() + interval '1 hour', jobs_digest"
-                        " FROM scheduler_nodes WHERE id = :live"
-                    ),
+                    "INSERT INTO scheduler_nodes (id, name, host, pid, version, started_at,"
+                    " heartbeat_at, jobs_digest) SELECT :ghost, 'ghost', 'nowhere', 1,"
+                    " version, now(), now() + interval '1 hour', jobs_digest"
+                    " FROM scheduler_nodes WHERE id = :live",
                     {"ghost": ghost, "live": live_id},
                 )
         finally:

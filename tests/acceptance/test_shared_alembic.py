@@ -13,11 +13,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import inspect, text
 
 from scheduler.store import migrate
 from scheduler.store.database import open_database
 from tests.acceptance.processes import environment, run_command
+from tests.sql import table_names
 
 pytestmark = pytest.mark.slow
 ALEMBIC = str(Path(sys.executable).parent / "alembic")
@@ -95,9 +95,9 @@ def versions(url: str) -> dict[str, list[str]]:
     database = open_database(url)
     try:
         with database.transaction() as connection:
-            tables = set(inspect(connection).get_table_names())
+            tables = table_names(connection)
             return {
-                name: sorted(connection.execute(text(f"SELECT version_num FROM {name}")).scalars())
+                name: sorted(connection.execute(f"SELECT version_num FROM {name}").scalars())
                 for name in ("alembic_version", "scheduler_alembic_version")
                 if name in tables
             }
@@ -138,19 +138,15 @@ def _legacy(url: str, revision: str, *, with_app_row: bool) -> None:
     try:
         migrate.upgrade(database, revision)
         with database.transaction() as connection:
-            connection.execute(
-                text("ALTER TABLE scheduler_alembic_version RENAME TO alembic_version")
-            )
+            connection.execute("ALTER TABLE scheduler_alembic_version RENAME TO alembic_version")
             if database.is_postgres:  # as Alembic named it there
                 connection.execute(
-                    text(
-                        "ALTER TABLE alembic_version "
-                        "RENAME CONSTRAINT scheduler_alembic_version_pkc TO alembic_version_pkc"
-                    )
+                    "ALTER TABLE alembic_version "
+                    "RENAME CONSTRAINT scheduler_alembic_version_pkc TO alembic_version_pkc"
                 )
             if with_app_row:
-                connection.execute(text("INSERT INTO alembic_version VALUES ('a1f00d')"))
-                connection.execute(text("CREATE TABLE app_orders (id INTEGER PRIMARY KEY)"))
+                connection.execute("INSERT INTO alembic_version VALUES ('a1f00d')")
+                connection.execute("CREATE TABLE app_orders (id INTEGER PRIMARY KEY)")
     finally:
         database.dispose()
 
@@ -241,7 +237,8 @@ def test_the_apps_tables_are_not_the_schedulers_to_compare(app: Path, url: str) 
     try:
         migrate.upgrade(database)
         assert migrate.schema_state(database).up_to_date
-        command.check(migrate.alembic_config(database))  # app_orders is not a diff
+        with migrate.alembic_config(database) as config:
+            command.check(config)  # app_orders is not a diff
     finally:
         database.dispose()
 
@@ -251,7 +248,7 @@ def test_a_revision_newer_than_this_scheduler_is_one_line(app: Path, url: str) -
     database = open_database(url)
     try:
         with database.transaction() as connection:
-            connection.execute(text("UPDATE scheduler_alembic_version SET version_num = '9999'"))
+            connection.execute("UPDATE scheduler_alembic_version SET version_num = '9999'")
     finally:
         database.dispose()
     for args in (["migrate", "--check"], ["migrate", "--sql"], ["jobs"]):

@@ -18,7 +18,7 @@ from scheduler.store import claims, periods, prune, writes
 from scheduler.store import deliveries as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import Database
-from scheduler.store.schema import items as items_table
+from tests.sql import insert
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NODE = "node-a"
@@ -159,17 +159,17 @@ def test_stuck_items_are_one_event_each_and_outlive_retention_while_stuck(
 ) -> None:
     claim = _held(database, "ledger", PERIOD)
     with database.transaction() as connection:
-        connection.execute(
-            items_table.insert().values(
-                job="ledger",
-                key="invoice-7",
-                state="claimed",
-                period=PERIOD,
-                run_id=claim.id,
-                attempt=1,
-                node=NODE,
-                claimed_at=PERIOD,
-            )
+        insert(
+            connection,
+            "scheduler_items",
+            job="ledger",
+            key="invoice-7",
+            state="claimed",
+            period=PERIOD,
+            run_id=claim.id,
+            attempt=1,
+            node=NODE,
+            claimed_at=PERIOD,
         )
     writes.record(database, [Finish(claim, RunStatus.FAILED, 1, BOOM)], [])
     ledger = job(cron="* * * * *", name="ledger")(lambda: None)

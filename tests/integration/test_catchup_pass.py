@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import event, update
 
 from scheduler.model import Claim, Entry
 from scheduler.node import registration as catalog
@@ -17,7 +15,7 @@ from scheduler.states import Origin, RunStatus
 from scheduler.store import jobs as job_rows
 from scheduler.store import periods as period_rows
 from scheduler.store.database import Database
-from scheduler.store.schema import jobs as jobs_table
+from tests.sql import update
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -28,9 +26,7 @@ def test_catch_up_takes_only_what_the_live_loop_will_not(database: Database) -> 
     every_minute = job("* * * * *", name="sync")(lambda: None)
     catalog.register(database, {"sync": every_minute})
     with database.transaction() as connection:
-        connection.execute(
-            update(jobs_table).where(jobs_table.c.name == "sync").values(first_seen=START)
-        )
+        update(connection, "scheduler_jobs", {"name": "sync"}, first_seen=START)
     claimed: list[Claim] = []
     live_since = START + timedelta(minutes=10, seconds=30)
     catch_up = CatchUp(
@@ -65,17 +61,9 @@ def test_a_pass_over_jobs_with_nothing_new_sends_no_statement(database: Database
     catch_up = CatchUp(database, yearly, "node-a", lambda _: None, structlog.get_logger())
     now = datetime.now(UTC)
     catch_up.run_pass(now)  # reads every row once and remembers each next period
-    statements: list[str] = []
-    event.listen(database.engine, "before_cursor_execute", _record_into(statements))
-    assert catch_up.run_pass(now + timedelta(minutes=1)) is False
+    with database.recording() as statements:
+        assert catch_up.run_pass(now + timedelta(minutes=1)) is False
     assert statements == []
-
-
-def _record_into(statements: list[str]) -> Callable[..., None]:
-    def record(_connection: object, _cursor: object, statement: str, *_: object) -> None:
-        statements.append(statement)
-
-    return record
 
 
 def _catch_up(database: Database, jobs: dict[str, Job], claimed: list[Claim]) -> CatchUp:
@@ -92,10 +80,12 @@ def test_a_new_schedule_owes_no_period_before_it_was_deployed(database: Database
     old = {"sync": job("0 * * * * *", name="sync")(lambda: None)}
     catalog.register(database, old)
     with database.transaction() as connection:
-        connection.execute(
-            update(jobs_table)
-            .where(jobs_table.c.name == "sync")
-            .values(first_seen=last_ran - timedelta(hours=1), caught_up_to=last_ran)
+        update(
+            connection,
+            "scheduler_jobs",
+            {"name": "sync"},
+            first_seen=last_ran - timedelta(hours=1),
+            caught_up_to=last_ran,
         )
     period_rows.write(
         database,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import event
-
 from scheduler.model import Entry
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import overview
@@ -76,16 +74,8 @@ def test_the_statements_do_not_grow_with_the_jobs(database: Database) -> None:
         names = [f"job-{n:02d}" for n in range(jobs)]
         if jobs == 3:
             seed(database, 30, 5)
-        sent: list[str] = []
-
-        def count(*args: object, sent: list[str] = sent) -> None:
-            sent.append(str(args[2]))
-
-        event.listen(database.engine, "before_cursor_execute", count)
-        try:
+        with database.recording() as sent:
             overview.recent_cells(database, names, 50)
             overview.jobs_with(database, names, 50, ["missed"])
-        finally:
-            event.remove(database.engine, "before_cursor_execute", count)
         counts.append(len([statement for statement in sent if "scheduler_runs" in statement]))
     assert counts[0] == counts[1] == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import text
 
 from scheduler.store.database import open_database
 from scheduler.store.faults import StoreUnavailableError
@@ -19,8 +18,8 @@ def test_sqlite_commits_are_durable_across_a_power_loss(sqlite_url: str) -> None
     database = open_database(sqlite_url)
     try:
         with database.transaction() as connection:
-            mode = connection.execute(text("PRAGMA journal_mode")).scalar_one()
-            synchronous = connection.execute(text("PRAGMA synchronous")).scalar_one()
+            mode = connection.execute("PRAGMA journal_mode").scalar()
+            synchronous = connection.execute("PRAGMA synchronous").scalar()
     finally:
         database.dispose()
     assert (mode, synchronous) == ("wal", 2)  # 2 is FULL
@@ -39,7 +38,7 @@ def test_a_call_on_a_connection_that_stopped_passing_bytes_fails_at_its_deadline
         proxy.freeze()
         began = time.monotonic()
         with pytest.raises(StoreUnavailableError), database.transaction() as connection:
-            connection.execute(text("SELECT 1"))
+            connection.execute("SELECT 1")
         assert time.monotonic() - began < 3
         proxy.thaw()
         database.ping()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import psycopg
 import structlog
-from sqlalchemy import Connection, create_engine, text, update
 
 from scheduler.model import Claim, Due, Started, lock_key
 from scheduler.registry import job
@@ -17,7 +18,7 @@ from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database, open_database
-from scheduler.store.schema import runs as runs_table
+from tests.sql import update
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -43,11 +44,8 @@ def test_a_run_retaken_by_its_own_node_runs_after_the_lost_attempt(database: Dat
     wait_until(lambda: calls == [1])
 
     with database.transaction() as connection:
-        connection.execute(
-            update(runs_table)
-            .where(runs_table.c.id == first.id)
-            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
-        )
+        expired = datetime.now(UTC) - timedelta(seconds=1)
+        update(connection, "scheduler_runs", {"id": first.id}, lease_expires_at=expired)
     dispatcher.lose(first.key)
     (stale,) = takeover.find_stale(database, ["sync"], 10)
     second = takeover.retake(database, stale, NODE)
@@ -124,28 +122,24 @@ def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_ur
         ctx.checkpoint({"done": True})  # fenced: raises if the run was given up here
 
     dispatcher = Dispatcher(database, {"sync": sync}, NODE, 4, structlog.get_logger())
-    blocker = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
+    holding = psycopg.connect(postgres_url)
     try:
         (dead,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-dead").won
         writes.start(database, dead)
         with database.transaction() as connection:
-            connection.execute(
-                update(runs_table)
-                .where(runs_table.c.id == dead.id)
-                .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
-            )
+            expired = datetime.now(UTC) - timedelta(seconds=1)
+            update(connection, "scheduler_runs", {"id": dead.id}, lease_expires_at=expired)
         (stale,) = takeover.find_stale(database, ["sync"], 10)
         taken: list[Claim | None] = []
-        with blocker.connect() as holding:
-            holding.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key("sync")})
-            retaking = threading.Thread(
-                target=lambda: taken.append(takeover.retake(database, stale, NODE))
-            )
-            retaking.start()
-            wait_until(lambda: _waits_for_advisory_lock(holding), timeout=10)
-            sent = time.monotonic()  # the heartbeat sends its renewal now
-            held = renewals.renew_leases(database, NODE)
-            holding.rollback()  # the lock goes; the takeover commits
+        holding.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("sync"),))
+        retaking = threading.Thread(
+            target=lambda: taken.append(takeover.retake(database, stale, NODE))
+        )
+        retaking.start()
+        wait_until(lambda: _waits_for_advisory_lock(holding), timeout=10)
+        sent = time.monotonic()  # the heartbeat sends its renewal now
+        held = renewals.renew_leases(database, NODE)
+        holding.rollback()  # the lock goes; the takeover commits
         retaking.join(10)
         (claim,) = taken
         assert claim is not None
@@ -160,19 +154,17 @@ def test_a_renewal_read_before_a_takeover_committed_does_not_lose_it(postgres_ur
         assert calls == [2]
     finally:
         dispatcher.drain(1)
-        blocker.dispose()
+        holding.close()
         database.dispose()
 
 
-def _waits_for_advisory_lock(connection: Connection) -> bool:
+def _waits_for_advisory_lock(connection: psycopg.Connection[Any]) -> bool:
     waiting = connection.execute(
-        text(
-            "SELECT count(*) FROM pg_locks"
-            " WHERE locktype = 'advisory' AND NOT granted AND database = ("
-            "   SELECT oid FROM pg_database WHERE datname = current_database())"
-        )
-    ).scalar()
-    return bool(waiting)
+        "SELECT count(*) FROM pg_locks"
+        " WHERE locktype = 'advisory' AND NOT granted AND database = ("
+        "   SELECT oid FROM pg_database WHERE datname = current_database())"
+    ).fetchone()
+    return bool(waiting and waiting[0])
 
 
 def _given_back_unstarted(database: Database, period: datetime) -> bool:

@@ -7,16 +7,16 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import structlog
-from sqlalchemy import create_engine
 
 from scheduler.model import Due
 from scheduler.registry import job
 from scheduler.run.context import RunContext
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
-from scheduler.store import claims, queries
-from scheduler.store.database import Database
+from scheduler.store import claims, pool, queries
+from scheduler.store.database import Database, open_database
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -71,16 +71,13 @@ def test_an_outcome_the_database_cannot_take_does_not_stop_the_writer(database: 
     assert "cannot decode" in str(failed["error_message"])
 
 
-def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(postgres_url: str) -> None:
+def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every connection is taken for longer than a checkout may wait: the writer's
     checkout times out (not a driver error), and it must try again, not die."""
-    engine = create_engine(
-        postgres_url.replace("postgresql://", "postgresql+psycopg://"),
-        pool_size=1,
-        max_overflow=0,
-        pool_timeout=0.5,
-    )
-    database = Database(engine)
+    monkeypatch.setattr(pool, "CHECKOUT_TIMEOUT_S", 0.5)
+    database = open_database(postgres_url, connections=1)
 
     @job(cron="* * * * *", name="busy", overlap="allow")
     def busy() -> None:
@@ -91,12 +88,12 @@ def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(postgres_url:
     (claim,) = claims.claim(database, [Due("busy", PERIOD, 30, overlap_limit=None)], NODE).won
     (next_claim,) = claims.claim(database, [Due("busy", later, 30, overlap_limit=None)], NODE).won
     try:
-        held = engine.connect()
+        held = database.pool.borrow()
         try:
             threading.Thread(target=dispatcher.submit, args=(claim,), daemon=True).start()
             time.sleep(2)  # the run waits for a connection; checkouts time out meanwhile
         finally:
-            held.close()
+            database.pool.give_back(held)
         wait_until(
             lambda: (
                 (queries.run_mapping(database, "busy", PERIOD) or {}).get("status") == "succeeded"
@@ -108,4 +105,4 @@ def test_a_pool_that_runs_dry_delays_an_outcome_but_never_loses_it(postgres_url:
         assert row["status"] == RunStatus.SUCCEEDED
     finally:
         dispatcher.drain(GRACE_S)
-        engine.dispose()
+        database.dispose()

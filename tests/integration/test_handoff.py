@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
-
 from scheduler.model import Claim, Due, Finish, QueueRequest, Refusal, Started
 from scheduler.states import RunStatus
 from scheduler.store import claims, handoff, renewals, takeover, writes
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, runs
+from tests.sql import rows, update
 
 PERIOD = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 NODE = "node-a"
@@ -25,18 +23,14 @@ def _queued(database: Database, deadline: float = 60.0) -> Claim:
 
 
 def _row(database: Database, claim: Claim) -> dict[str, object]:
-    with database.transaction() as connection:
-        row = connection.execute(select(runs).where(runs.c.id == claim.id)).one()
-    return dict(row._mapping)
+    (row,) = rows(database, "scheduler_runs", id=claim.id)
+    return row
 
 
 def _expire(database: Database, claim: Claim) -> None:
+    expired = datetime.now(UTC) - timedelta(seconds=1)
     with database.transaction() as connection:
-        connection.execute(
-            update(runs)
-            .where(runs.c.id == claim.id)
-            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
-        )
+        update(connection, "scheduler_runs", {"id": claim.id}, lease_expires_at=expired)
 
 
 def test_a_queued_run_is_started_once_by_the_worker_its_message_reached(
@@ -93,9 +87,8 @@ def test_past_its_deadline_the_run_is_retaken_and_the_old_message_is_stale(
     assert second.attempt == 2
     row = _row(database, claim)
     assert (row["status"], row["queued_at"], row["queue"]) == ("claimed", None, None)
-    with database.transaction() as connection:
-        kept = connection.execute(select(attempts)).one()
-    assert (kept.attempt, kept.status, kept.reason) == (1, "abandoned", "queue_expired")
+    (kept,) = rows(database, "scheduler_attempts")
+    assert (kept["attempt"], kept["status"], kept["reason"]) == (1, "abandoned", "queue_expired")
     assert handoff.take(database, claim, WORKER).refusal is Refusal.SUPERSEDED
     assert handoff.queue(database, [QueueRequest(claim, "cron", 60)]) == [Started.LOST]
     assert handoff.queue(database, [QueueRequest(second, "cron", 60)]) == [Started.STARTED]

@@ -20,7 +20,7 @@ from scheduler.run.items import RunItems
 from scheduler.states import Origin, RunStatus
 from scheduler.store import claims, items, queries, takeover, writes
 from scheduler.store.database import Database, open_database
-from scheduler.store.schema import items as items_table
+from tests.sql import rows as table_rows
 
 PERIOD = datetime(2026, 11, 1, tzinfo=UTC)
 app_metadata = MetaData()
@@ -64,8 +64,7 @@ def _next_attempt(database: Database, claim: Claim, node: str = "b") -> Claim:
 
 
 def _item_rows(database: Database) -> dict[str, dict[str, object]]:
-    with database.transaction() as connection:
-        return {row.key: dict(row._mapping) for row in connection.execute(select(items_table))}
+    return {row["key"]: row for row in table_rows(database, "scheduler_items")}
 
 
 def _app_engine(database_url: str):  # the job's own engine, not the scheduler's

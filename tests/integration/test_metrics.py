@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine
 
 from scheduler import metrics
 from scheduler.states import Origin
-from scheduler.store.database import Database
+from scheduler.store.database import Database, parse_database_url
+from scheduler.store.pool import Pool
 from tests.integration import seed
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -91,15 +93,20 @@ def test_overdue_and_last_success_gauges_read_the_database(watched: Database) ->
 
 
 def test_the_gauges_are_left_out_while_the_database_is_away() -> None:
-    engine = create_engine(
-        "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 1}
+    url = parse_database_url("postgresql://nobody@127.0.0.1:1/none")
+    pool: Pool[psycopg.Connection[Any]] = Pool(
+        lambda: psycopg.connect(url.conninfo, connect_timeout=1),
+        lambda raw: raw.close(),
+        kept=1,
+        most=1,
     )
-    metrics.watch(Database(engine))
+    database = Database(url, pool)
+    metrics.watch(database)
     try:
         found = samples()
     finally:
         metrics.unwatch()
-        engine.dispose()
+        database.dispose()
     assert ("scheduler_overdue_jobs", ()) not in found
     assert ("process_cpu_seconds_total", ()) in found
 

@@ -7,14 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from sqlalchemy import update
 
 from scheduler.model import Due, NodeIdentity
 from scheduler.node.wakeups import ClaimsHeard
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database, open_database
-from scheduler.store.schema import nodes as nodes_table
 from scheduler.store.wakeups import CHANNEL, CLAIMED_AT_MOST, Wake, parse
+from tests.sql import update
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -30,12 +29,9 @@ def test_peers_are_the_live_nodes_with_the_same_jobs(database: Database) -> None
     assert nodes.peers(database, "a-000000", alive_within=30) == ["a-000000", "b-000000"]
     assert nodes.peers(database, "d-000000", alive_within=30) == ["d-000000"]
 
+    silent = datetime.now(UTC) - timedelta(seconds=60)
     with database.transaction() as connection:
-        connection.execute(
-            update(nodes_table)
-            .where(nodes_table.c.id == "b-000000")
-            .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=60))
-        )
+        update(connection, "scheduler_nodes", {"id": "b-000000"}, heartbeat_at=silent)
     assert nodes.peers(database, "a-000000", alive_within=30) == ["a-000000"]
     nodes.heartbeat(database, "b-000000")
     assert nodes.peers(database, "a-000000", alive_within=30) == ["a-000000", "b-000000"]

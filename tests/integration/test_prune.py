@@ -7,8 +7,7 @@ from datetime import timedelta
 
 from scheduler.store import prune
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, items, runs
-from tests.integration.seed import add_run, rows
+from tests.integration.seed import add_item, add_run, rows
 from tests.retention_seed import RETENTION, seed
 
 
@@ -23,7 +22,8 @@ def test_prune_deletes_only_what_the_retention_allows(database: Database) -> Non
         len(seeded.doomed_items),
         1,
     )
-    assert {row["id"] for row in rows(database, runs)} == seeded.doomed_runs | seeded.kept_runs
+    listed = {row["id"] for row in rows(database, "scheduler_runs")}
+    assert listed == seeded.doomed_runs | seeded.kept_runs
 
     # A batch of two rows a transaction, so the loops go round several times.
     done = prune.prune(database, cutoff, batch=2)
@@ -33,9 +33,9 @@ def test_prune_deletes_only_what_the_retention_allows(database: Database) -> Non
         counted.items,
         1,
     )
-    assert {row["id"] for row in rows(database, runs)} == seeded.kept_runs
-    assert {row["key"] for row in rows(database, items)} == seeded.kept_items
-    assert rows(database, attempts) == []
+    assert {row["id"] for row in rows(database, "scheduler_runs")} == seeded.kept_runs
+    assert {row["key"] for row in rows(database, "scheduler_items")} == seeded.kept_items
+    assert rows(database, "scheduler_attempts") == []
 
     again = prune.prune(database, cutoff)
     assert (again.runs, again.attempts, again.items) == (0, 0, 0)
@@ -54,7 +54,8 @@ def test_a_stopping_node_leaves_between_batches(database: Database) -> None:
     )
     assert result.runs == 1
     assert result.items == 0
-    assert len(rows(database, runs)) == len(seeded.kept_runs) + len(seeded.doomed_runs) - 1
+    left = rows(database, "scheduler_runs")
+    assert len(left) == len(seeded.kept_runs) + len(seeded.doomed_runs) - 1
 
 
 def test_done_items_of_a_run_that_is_kept_stay_with_it(database: Database) -> None:
@@ -63,20 +64,7 @@ def test_done_items_of_a_run_that_is_kept_stay_with_it(database: Database) -> No
     now = database.read_clock().replace(microsecond=0)
     period = now - timedelta(days=120)
     run_id = add_run(database, "invoicing", period, "failed", finished_at=period)
-    with database.transaction() as connection:
-        connection.execute(
-            items.insert().values(
-                job="invoicing",
-                key="invoice:2026-10:42",
-                state="done",
-                period=period,
-                run_id=run_id,
-                attempt=1,
-                node="node-a",
-                claimed_at=period,
-                done_at=period,
-            )
-        )
+    add_item(database, "invoicing", "invoice:2026-10:42", period, run_id, state="done")
     prune.prune(database, prune.cutoff_for(database, RETENTION))
-    assert {row["id"] for row in rows(database, runs)} == {run_id}
-    assert [row["key"] for row in rows(database, items)] == ["invoice:2026-10:42"]
+    assert {row["id"] for row in rows(database, "scheduler_runs")} == {run_id}
+    assert [row["key"] for row in rows(database, "scheduler_items")] == ["invoice:2026-10:42"]

@@ -7,7 +7,6 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import update
 
 from scheduler.node import registration as catalog
 from scheduler.node.requests import Requests
@@ -16,8 +15,8 @@ from scheduler.run.dispatcher import Dispatcher
 from scheduler.store import requests as asked
 from scheduler.store.database import Database
 from scheduler.store.requests import Draft, RequestKind
-from scheduler.store.schema import requests
 from tests.acceptance.records import run_rows
+from tests.sql import update
 from tests.waiting import wait_until
 
 NODE = "node-a"
@@ -87,7 +86,7 @@ def test_a_request_no_node_took_within_an_hour_expires_unrun(
     request_id = asked.add(database, Draft("report", RequestKind.TRIGGER, "alice"))
     asked_at = datetime.now(UTC) - timedelta(hours=2)
     with database.transaction() as connection:
-        connection.execute(update(requests).values(requested_at=asked_at))
+        update(connection, "scheduler_requests", {}, requested_at=asked_at)
     try:
         taker.step()
     finally:

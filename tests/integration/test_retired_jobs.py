@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from scheduler.cli import main
 from scheduler.model import ONE_SHOT
 from scheduler.store.database import Database
-from scheduler.store.schema import jobs, nodes
 from tests.integration import seed
+from tests.sql import update
 
 LONG_AGO = seed.now() - timedelta(days=30)
 NINE_MINUTES, FIVE_MINUTES = timedelta(minutes=9), timedelta(minutes=5)
@@ -77,17 +77,10 @@ def test_a_job_a_cronjob_runs_is_watched_through_one_missed_period(
     ten-minute periods may have passed without it, not two."""
     now = seed.now()
     with fleet.transaction() as connection:
-        connection.execute(
-            nodes.update().where(nodes.c.id == "run-once-1").values(started_at=now - NINE_MINUTES)
-        )
-        connection.execute(
-            nodes.update().where(nodes.c.id == "new").values(started_at=now - FIVE_MINUTES)
-        )
-        connection.execute(
-            jobs.update()
-            .where(jobs.c.name == "cron-only")
-            .values(last_seen=now - NINE_MINUTES - timedelta(seconds=1))
-        )
+        update(connection, "scheduler_nodes", {"id": "run-once-1"}, started_at=now - NINE_MINUTES)
+        update(connection, "scheduler_nodes", {"id": "new"}, started_at=now - FIVE_MINUTES)
+        last_seen = now - NINE_MINUTES - timedelta(seconds=1)
+        update(connection, "scheduler_jobs", {"name": "cron-only"}, last_seen=last_seen)
     code, listed = cli(database_url, "jobs")
     assert code == 0
     assert {job["name"]: job["retired"] for job in listed}["cron-only"] is False
@@ -95,7 +88,7 @@ def test_a_job_a_cronjob_runs_is_watched_through_one_missed_period(
 
 def test_with_every_daemon_down_nothing_is_retired(database_url: str, fleet: Database) -> None:
     with fleet.transaction() as connection:
-        connection.execute(nodes.update().values(stopped_at=seed.now()))
+        update(connection, "scheduler_nodes", {}, stopped_at=seed.now())
     code, report = cli(database_url, "check")
     assert (code, report["retired"], report["nodes_alive"]) == (1, 0, 0)
     assert {f["job"] for f in report["findings"]} == {"kept", "removed", "cron-only"}

@@ -6,15 +6,12 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
-
 from scheduler import model
 from scheduler.model import Due, Failure, Finish, Started, StartRequest
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts
-from scheduler.store.schema import runs as runs_table
+from tests.sql import rows, update
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEXT = PERIOD + timedelta(seconds=1)
@@ -23,20 +20,13 @@ AFTER = PERIOD + timedelta(seconds=2)
 
 def _expire(database: Database, run_id: str) -> None:
     """Age a lease into the past, as if its node had stopped renewing it."""
+    expired = datetime.now(UTC) - timedelta(seconds=1)
     with database.transaction() as connection:
-        connection.execute(
-            update(runs_table)
-            .where(runs_table.c.id == run_id)
-            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
-        )
+        update(connection, "scheduler_runs", {"id": run_id}, lease_expires_at=expired)
 
 
 def _attempt_rows(database: Database, run_id: str) -> list[dict[str, object]]:
-    with database.transaction() as connection:
-        result = connection.execute(
-            select(attempts).where(attempts.c.run_id == run_id).order_by(attempts.c.attempt)
-        )
-        return [dict(row._mapping) for row in result]
+    return rows(database, "scheduler_attempts", order_by="attempt", run_id=run_id)
 
 
 def test_skip_records_the_overlapping_period_as_skipped(database: Database) -> None:
@@ -221,12 +211,9 @@ def test_a_lease_renewed_after_it_was_read_as_expired_is_not_retaken(database: D
     writes.start(database, claim)
     _expire(database, claim.id)
     (stale,) = takeover.find_stale(database, ["sync"], 10)
+    renewed = datetime.now(UTC) + timedelta(seconds=30)
     with database.transaction() as connection:
-        connection.execute(
-            update(runs_table)
-            .where(runs_table.c.id == claim.id)
-            .values(lease_expires_at=datetime.now(UTC) + timedelta(seconds=30))
-        )
+        update(connection, "scheduler_runs", {"id": claim.id}, lease_expires_at=renewed)
     assert takeover.retake(database, stale, "node-b") is None
     row = queries.run_mapping(database, "sync", PERIOD)
     assert row is not None

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from scheduler.cli import main
 from scheduler.cron import parse_schedule
 from scheduler.store.database import Database
-from scheduler.store.schema import attempts, jobs, nodes, runs
+from tests import sql
 from tests.integration import seed
 
 T0 = datetime(2025, 6, 10, 3, 0, tzinfo=UTC)
@@ -79,9 +79,9 @@ def test_jobs_json_matches_the_jobs_and_runs_tables(
 ) -> None:
     before = seed.now()
     records = as_json(database_url, "jobs")
-    table_jobs = {row["name"]: row for row in seed.rows(database, jobs)}
+    table_jobs = {row["name"]: row for row in seed.rows(database, "scheduler_jobs")}
     assert [record["name"] for record in records] == sorted(table_jobs)
-    all_runs = seed.rows(database, runs)
+    all_runs = seed.rows(database, "scheduler_runs")
     for record in records:
         row = table_jobs[record["name"]]
         assert (record["cron"], record["timezone"], record["paused"]) == (
@@ -116,7 +116,7 @@ def _keys(records: list[dict[str, Any]]) -> list[tuple[str, datetime | None, str
 def _expected(
     database: Database, predicate: Any = lambda run: True, limit: int = 50
 ) -> list[tuple[str, datetime | None, str, int, str]]:
-    chosen = [run for run in seed.rows(database, runs) if predicate(run)]
+    chosen = [run for run in seed.rows(database, "scheduler_runs") if predicate(run)]
     chosen.sort(key=lambda run: (-run["period"].timestamp(), run["job"]))
     return [
         (run["job"], run["period"], run["status"], run["attempt"], run["holder"])
@@ -148,7 +148,7 @@ def test_each_run_record_carries_its_row(
     database_url: str, database: Database, history: dict[str, str]
 ) -> None:
     (record,) = as_json(database_url, "runs", "--status", "failed")
-    row = next(run for run in seed.rows(database, runs) if run["id"] == history["retried"])
+    (row,) = sql.rows(database, "scheduler_runs", id=history["retried"])
     assert record["id"] == row["id"]
     assert record["duration_ms"] == row["duration_ms"] == 2000
     assert record["error_type"] == row["error_type"]
@@ -164,7 +164,7 @@ def test_runs_show_lists_every_attempt_with_its_traceback(
     run = detail["run"]
     assert run["id"] == history["retried"]
     assert (run["status"], run["attempt"], run["node"]) == ("failed", 3, "node-3")
-    recorded = [row for row in seed.rows(database, attempts) if row["run_id"] == run["id"]]
+    recorded = sql.rows(database, "scheduler_attempts", run_id=run["id"])
     listed = detail["attempts"]
     assert [attempt["attempt"] for attempt in listed] == [1, 2, 3]
     assert [attempt["current"] for attempt in listed] == [False, False, True]
@@ -204,7 +204,7 @@ def test_nodes_json_matches_the_nodes_table(
     records = as_json(database_url, "nodes")
     states = {record["id"]: record["state"] for record in records}
     assert states == {"alive-node": "alive", "stopped-node": "stopped", "lost-node": "lost"}
-    table_rows = {row["id"]: row for row in seed.rows(database, nodes)}
+    table_rows = {row["id"]: row for row in seed.rows(database, "scheduler_nodes")}
     for record in records:
         row = table_rows[record["id"]]
         assert (record["host"], record["pid"], record["version"]) == (

@@ -1,6 +1,7 @@
 """The command list `--help` prints without importing any command is the one click
 would print from the commands themselves; a read-only command loads neither the daemon,
-the run path nor the web console; `plan --cron` loads no database library at all."""
+the run path nor the web console; `plan --cron` loads no database library at all (what
+the commands and a node load once a database is open: tests/integration/test_lazy_store.py)."""
 
 from __future__ import annotations
 
