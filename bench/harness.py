@@ -102,7 +102,7 @@ def fresh_database(*, empty: bool = False) -> Iterator[str]:
 def migrate_with(tree: Path, url: str) -> None:
     """Migrate a database with another tree's scheduler (a baseline's own schema)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
-    environment["PYTHONPATH"] = str(tree)
+    environment["PYTHONPATH"] = str(tree.resolve())  # the nodes run in a folder of their own
     subprocess.run(
         [sys.executable, "-m", "scheduler", "migrate", "--database-url", url],
         cwd=tree,
@@ -322,7 +322,7 @@ def start_node(
     to measure what users run; not with `counted`)."""
     log_path, stats_path = folder / f"{name}.log", folder / f"{name}.statements.json"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
-    environment["PYTHONPATH"] = str(tree)
+    environment["PYTHONPATH"] = str(tree.resolve())  # the nodes run in a folder of their own
     environment |= env or {}
     if counted:
         environment["BENCH_STATEMENTS"] = str(stats_path)
