@@ -3,8 +3,9 @@
 PostgreSQL's pg_stat_statements needs `shared_preload_libraries` (a server restart), so
 statements are counted at the store's connection instead: every `execute` is one round
 trip, of the statements its text holds (`BEGIN; SELECT …` holds one: BEGIN, COMMIT and
-ROLLBACK are not counted as statements, as they never were); an `execute_many` is one
-round trip and one statement per parameter set (psycopg pipelines them). Each COMMIT
+ROLLBACK are not counted as statements, as they never were); a `pipeline` is one round
+trip of its statements; an `execute_many` is one round trip and one statement per
+parameter set (psycopg pipelines them). Each COMMIT
 counts a transaction. The counts go to the JSON file named by BENCH_STATEMENTS every
 0.2 s and at exit.
 """
@@ -43,6 +44,7 @@ class StatementCounter:
         statements on a job's own connection included)."""
         counter = self
         execute, execute_many = Connection.execute, Connection.execute_many
+        pipeline = Connection.pipeline
 
         def counted(
             self: Connection, sql: str, parameters: Mapping[str, Any] | None = None
@@ -56,8 +58,15 @@ class StatementCounter:
                 counter.sent([sql], len(rows))
             execute_many(self, sql, rows)
 
+        def counted_pipeline(
+            self: Connection, statements: Sequence[tuple[str, Mapping[str, Any] | None]]
+        ) -> list[Result]:
+            counter.sent([sql for sql, _ in statements], 1)
+            return pipeline(self, statements)
+
         Connection.execute = counted  # type: ignore[method-assign]
         Connection.execute_many = counted_many  # type: ignore[method-assign]
+        Connection.pipeline = counted_pipeline  # type: ignore[method-assign]
         threading.Thread(target=self._flush_forever, name="bench-counter", daemon=True).start()
         atexit.register(self.flush)
 

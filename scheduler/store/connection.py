@@ -169,11 +169,34 @@ class Connection:
         for listener in self._listeners:
             listener(sql)
         if parameters is None and self.is_postgres:
-            description, fetched, rowcount = self._send(sql, None)
-        else:
-            description, fetched, rowcount = self._send(
-                self._paramstyle(sql), self._encode(parameters)
-            )
+            return self._result(*self._send(sql, None))
+        return self._result(*self._send(self._paramstyle(sql), self._encode(parameters)))
+
+    def pipeline(self, statements: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[Result]:
+        """PostgreSQL: several statements (one each) sent together, in one round trip
+        (psycopg's pipeline mode); their results, in order. One that fails aborts those
+        after it, and its error is raised here."""
+        for sql, _ in statements:
+            for listener in self._listeners:
+                listener(sql)
+        cursors = []
+        with self.raw.pipeline():
+            for sql, parameters in statements:
+                cursor = self.raw.cursor()
+                if parameters is None:
+                    cursor.execute(sql)
+                else:
+                    cursor.execute(self._paramstyle(sql), self._encode(parameters))
+                cursors.append(cursor)
+        results = []
+        for cursor in cursors:
+            description = cursor.description
+            fetched = cursor.fetchall() if description is not None else []
+            results.append(self._result(description, fetched, cursor.rowcount))
+            cursor.close()
+        return results
+
+    def _result(self, description: Any, fetched: list[Any], rowcount: int) -> Result:
         if description is None:
             return Result((), [], rowcount)
         names = tuple(column[0] for column in description)

@@ -13,7 +13,7 @@ one transaction (SQLite is local and has one writer).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from scheduler.model import Claim, Failure, Finish, Started, StartRequest
@@ -73,6 +73,9 @@ def record(
     statement a row inside one transaction.
     """
     in_turn = {request.claim.job for request in starts if request.in_turn}
+    if database.arrays and in_turn and not outcomes:
+        # A start batch (the starter's): the whole guarded transaction in one round trip.
+        return [], _start_pipelined(database, starts, in_turn)
     if database.arrays and not in_turn:
         with database.autocommit() as connection:
             return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
@@ -231,15 +234,53 @@ _STILL_WAITING_POSTGRES = f"""
 def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) -> list[Started]:
     if not requests:
         return []
+    started = _fences(connection.execute(_START_POSTGRES, _start_parameters(requests)))
+    return _start_answers(requests, started, _held(connection, _unstarted(requests, started)))
+
+
+def _start_pipelined(
+    database: Database, requests: Sequence[StartRequest], jobs: Collection[str]
+) -> list[Started]:
+    """`_start_postgres` in a guarded transaction of its own, sent in one round trip;
+    runs in turn that did not start are read again after it (WAIT if still claimed
+    under their fence)."""
+    (rows,) = database.guarded_batch([(_START_POSTGRES, _start_parameters(requests))], jobs=jobs)
+    started = _fences(rows)
+    held: set[tuple[str, int, str]] = set()
+    if waiting := _unstarted(requests, started):
+        with database.autocommit() as connection:
+            held = _held(connection, waiting)
+    return _start_answers(requests, started, held)
+
+
+def _start_parameters(requests: Sequence[StartRequest]) -> dict[str, Any]:
     claims = [request.claim for request in requests]
-    parameters = {**fence_arrays(claims), "in_turn": [r.in_turn for r in requests]}
-    started = {tuple(row) for row in connection.execute(_START_POSTGRES, parameters)}
-    waiting = [r.claim for r in requests if r.in_turn and fence_of(r.claim) not in started]
-    held = set()
-    if waiting:
-        held = {
-            tuple(row) for row in connection.execute(_STILL_WAITING_POSTGRES, fence_arrays(waiting))
-        }
+    return {**fence_arrays(claims), "in_turn": [r.in_turn for r in requests]}
+
+
+def _fences(rows: Iterable[Any]) -> set[tuple[str, int, str]]:
+    return {(row[0], row[1], row[2]) for row in rows}
+
+
+def _unstarted(requests: Sequence[StartRequest], started: set[tuple[str, int, str]]) -> list[Claim]:
+    """The runs in turn that did not start: not their turn yet, or lost."""
+    return [r.claim for r in requests if r.in_turn and fence_of(r.claim) not in started]
+
+
+def _held(connection: Connection, claims: Sequence[Claim]) -> set[tuple[str, int, str]]:
+    """Of these runs, those still claimed under their fence."""
+    if not claims:
+        return set()
+    return _fences(connection.execute(_STILL_WAITING_POSTGRES, fence_arrays(claims)))
+
+
+def _start_answers(
+    requests: Sequence[StartRequest],
+    started: set[tuple[str, int, str]],
+    held: set[tuple[str, int, str]],
+) -> list[Started]:
+    """STARTED for the fences the start returned; of the others, WAIT for a run in turn
+    still claimed under its fence, LOST for the rest."""
     return [
         Started.STARTED
         if fence_of(request.claim) in started

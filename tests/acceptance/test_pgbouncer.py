@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -20,7 +21,10 @@ from urllib.parse import unquote, urlsplit
 import psycopg
 import pytest
 
+from scheduler.model import Due, Started, StartRequest
 from scheduler.states import Reason, RunStatus
+from scheduler.store import claims, writes
+from scheduler.store.database import open_database
 from tests.acceptance.processes import Node, run_command, start_node
 from tests.acceptance.records import missing_seconds, run_rows
 from tests.databases import POSTGRES_ADMIN_URL
@@ -187,3 +191,28 @@ def _assert_no_overlap(rows: list[dict[str, Any]]) -> None:
         assert started >= finished, f"two sleeper runs overlapped: {ran}"
     assert len(skipped) >= len(ran)
     assert {row["reason"] for row in skipped} == {Reason.OVERLAP}
+
+
+def test_a_start_batch_travels_whole_through_transaction_pooling(
+    tmp_path: Path, pgbouncer: str, empty_postgres_url: str
+) -> None:
+    """A start batch in turn is one transaction sent in one round trip (BEGIN, bounds and
+    job locks, the start, COMMIT, pipelined): through PgBouncer it still lands whole on
+    one server connection, and the later period of a job waits behind the earlier one."""
+    url = _through(pgbouncer, empty_postgres_url)
+    migrated = run_command(["migrate", "--database-url", url, "--log-format", "json"], tmp_path)
+    assert migrated.returncode == 0, migrated.stderr + migrated.stdout
+    database = open_database(url)
+    try:
+        period = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+        due = [Due("batch", period + timedelta(minutes=n), 30) for n in range(2)]
+        won = claims.claim(database, due, "pooled").won
+        first, second = sorted(won, key=lambda claim: claim.period)
+        for _ in range(3):  # each time on whichever server connection PgBouncer lends
+            _, started = writes.record(
+                database, [], [StartRequest(second, True), StartRequest(first, True)]
+            )
+            assert started[0] is Started.WAIT
+            assert started[1] is Started.STARTED
+    finally:
+        database.dispose()

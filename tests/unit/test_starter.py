@@ -7,8 +7,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
 import structlog
 
+from scheduler.run import starter as starter_module
 from scheduler.run.starter import Starter
 
 
@@ -45,3 +47,47 @@ def test_batches_never_exceed_the_free_workers_and_failures_fall_back() -> None:
     failed = next(batch for batch in batches if 7 in batch)
     for item, started in handed:
         assert started == (item % 2 == 0 and item not in failed), item
+
+
+def _recording() -> tuple[list[list[int]], threading.Event, Starter[int]]:
+    batches: list[list[int]] = []
+    first = threading.Event()
+
+    def start(batch: Sequence[int]) -> list[bool]:
+        batches.append(list(batch))
+        first.set()
+        return [True] * len(batch)
+
+    starter: Starter[int] = Starter(4, start, lambda _item, _started: None, structlog.get_logger())
+    return batches, first, starter
+
+
+def test_a_run_with_a_free_worker_and_no_queue_starts_alone_at_once() -> None:
+    batches, first, starter = _recording()
+    try:
+        starter.add(1)
+        assert first.wait(5)
+        assert batches == [[1]]
+    finally:
+        starter.close()
+
+
+def test_in_a_backlog_workers_freed_within_the_linger_join_one_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four workers, all busy; twelve runs wait. Workers freed one after the other within
+    the linger go out in one batch, not one statement each (a long linger here, so that
+    a slow machine cannot split the batch)."""
+    monkeypatch.setattr(starter_module, "BACKLOG_LINGER_S", 30.0)
+    batches, first, starter = _recording()
+    try:
+        assert starter.take(4) == 4  # every worker busy (set aside, as a claim does)
+        for item in range(12):
+            starter.add(item)
+        for _ in range(4):
+            starter.release()
+            time.sleep(0.05)
+        assert first.wait(5)
+        assert batches[0] == [0, 1, 2, 3]
+    finally:
+        starter.close()
