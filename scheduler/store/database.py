@@ -420,31 +420,37 @@ def _close(raw: Any) -> None:
     raw.close()
 
 
+def postgres_settings(application_name: str) -> dict[str, Any]:
+    """libpq settings of every connection of a node (the pool's, its liveness and watch
+    sessions)."""
+    return {
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        # A peer that vanished without closing (a partition, a dead host) is found by
+        # the kernel: keepalives when idle, and a bound on how long sent data may stay
+        # unacknowledged.
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE_S,
+        "keepalives_interval": KEEPALIVE_INTERVAL_S,
+        "keepalives_count": KEEPALIVE_COUNT,
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+        # pg_stat_activity shows which node a session belongs to.
+        "application_name": application_name[:63],
+        # No server-side prepared statements: behind PgBouncer in transaction mode
+        # (before 1.21) the next transaction may land on a server connection where
+        # psycopg's prepared statement does not exist.
+        "prepare_threshold": None,
+    }
+
+
 def _postgres_connector(url: DatabaseURL, application_name: str) -> Any:
     import psycopg  # noqa: PLC0415 - only a node on PostgreSQL loads the driver
 
+    settings = postgres_settings(application_name)
+
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(
-            url.conninfo,
-            # Transactions are begun by the store itself, with their bounds in the
-            # same round trip (see `Database.transaction`).
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            # A peer that vanished without closing (a partition, a dead host) is
-            # found by the kernel: keepalives when idle, and a bound on how long
-            # sent data may stay unacknowledged.
-            keepalives=1,
-            keepalives_idle=KEEPALIVE_IDLE_S,
-            keepalives_interval=KEEPALIVE_INTERVAL_S,
-            keepalives_count=KEEPALIVE_COUNT,
-            tcp_user_timeout=TCP_USER_TIMEOUT_MS,
-            # pg_stat_activity shows which node a session belongs to.
-            application_name=application_name[:63],
-            # No server-side prepared statements: behind PgBouncer in transaction
-            # mode (before 1.21) the next transaction may land on a server
-            # connection where psycopg's prepared statement does not exist.
-            prepare_threshold=None,
-        )
+        # Transactions are begun by the store itself, with their bounds in the same
+        # round trip (see `Database.transaction`).
+        return psycopg.connect(url.conninfo, autocommit=True, **settings)
 
     return connect
 

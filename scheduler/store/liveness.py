@@ -20,14 +20,7 @@ from typing import Any
 
 import psycopg
 
-from scheduler.store.database import (
-    CONNECT_TIMEOUT_S,
-    KEEPALIVE_COUNT,
-    KEEPALIVE_IDLE_S,
-    KEEPALIVE_INTERVAL_S,
-    TCP_USER_TIMEOUT_MS,
-    Database,
-)
+from scheduler.store.database import CONNECT_TIMEOUT_S, Database, postgres_settings
 from scheduler.store.faults import StoreUnavailableError, first_line
 from scheduler.store.nodes import LIVENESS_NAMESPACE
 from scheduler.store.wakeups import CHANNEL
@@ -170,18 +163,7 @@ class _Patient(psycopg.Connection[Any]):
 def _session(conninfo: str, application_name: str) -> psycopg.Connection[Any]:
     """A direct connection that idles for days by design, with keepalives that find a
     vanished server."""
-    connection = _Patient.connect(
-        conninfo,
-        autocommit=True,
-        connect_timeout=CONNECT_TIMEOUT_S,
-        application_name=application_name[:63],
-        keepalives=1,
-        keepalives_idle=KEEPALIVE_IDLE_S,
-        keepalives_interval=KEEPALIVE_INTERVAL_S,
-        keepalives_count=KEEPALIVE_COUNT,
-        tcp_user_timeout=TCP_USER_TIMEOUT_MS,
-        prepare_threshold=None,
-    )
+    connection = _Patient.connect(conninfo, autocommit=True, **postgres_settings(application_name))
     # No server timeout may end it, nor the watch's wait for a lock (a database or role
     # may set any of them; before PostgreSQL 14 there is no idle_session_timeout).
     for setting in ("lock_timeout", "statement_timeout", "idle_session_timeout"):

@@ -140,19 +140,10 @@ def _record_postgres(
     passed: list[Any] = []
     for start in range(0, len(entries), RECORDED_PER_STATEMENT):
         chunk = entries[start : start + RECORDED_PER_STATEMENT]
-        passed += connection.execute(
-            _RECORD_POSTGRES,
-            {
-                "job": job,
-                "origin": origin.value,
-                "holder": holder,
-                "lease_seconds": lease_seconds,
-                "ids": [uuid.uuid4().hex for _ in chunk],
-                "periods": [entry.period for entry in chunk],
-                "statuses": [entry.status.value for entry in chunk],
-                "reasons": [entry.reason.value if entry.reason else None for entry in chunk],
-            },
-        ).all()
+        parameters = _bulk(job, chunk, holder=holder, lease_seconds=lease_seconds, origin=origin)
+        parameters["statuses"] = [entry.status.value for entry in chunk]
+        parameters["reasons"] = [entry.reason.value if entry.reason else None for entry in chunk]
+        passed += connection.execute(_RECORD_POSTGRES, parameters).all()
     return [PassedOver(*row) for row in passed]
 
 
@@ -169,21 +160,26 @@ def _claim_postgres(
     won: list[Claim] = []
     for start in range(0, len(entries), ROWS_PER_STATEMENT):
         chunk = entries[start : start + ROWS_PER_STATEMENT]
-        rows = connection.execute(
-            _CLAIM_POSTGRES,
-            {
-                "job": job,
-                "origin": origin.value,
-                "holder": holder,
-                "lease_seconds": lease_seconds,
-                "ids": [uuid.uuid4().hex for _ in chunk],
-                "periods": [entry.period for entry in chunk],
-            },
-        )
+        parameters = _bulk(job, chunk, holder=holder, lease_seconds=lease_seconds, origin=origin)
         won += [
-            Claim(row.id, job, row.period, 1, holder, lease_seconds, origin, sent) for row in rows
+            Claim(row.id, job, row.period, 1, holder, lease_seconds, origin, sent)
+            for row in connection.execute(_CLAIM_POSTGRES, parameters)
         ]
     return won
+
+
+def _bulk(
+    job: str, chunk: Sequence[Entry], *, holder: str, lease_seconds: float, origin: Origin
+) -> dict[str, Any]:
+    """PostgreSQL: what every row of a bulk insert shares, and its ids and periods."""
+    return {
+        "job": job,
+        "origin": origin.value,
+        "holder": holder,
+        "lease_seconds": lease_seconds,
+        "ids": [uuid.uuid4().hex for _ in chunk],
+        "periods": [entry.period for entry in chunk],
+    }
 
 
 def _insert(database: Database, *, leased: bool) -> str:
