@@ -14,6 +14,7 @@ import os
 import re
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -34,8 +35,18 @@ def log_statements(url: str) -> None:
         connection.execute(f"ALTER DATABASE \"{name}\" SET log_statement = 'all'")
 
 
-def transactions(url: str, since: str, until: str) -> int:
-    """Transactions the server logged on this database between two `HH:MM:SS.fff`."""
+@dataclass(frozen=True)
+class Mark:
+    """A moment by the database clock (`HH:MM:SS.fff`), and how long the server's log
+    was then: a window is read from there on, not from the log's beginning (a log of
+    a busy day holds hundreds of megabytes)."""
+
+    time: str
+    offset: int
+
+
+def transactions(url: str, since: Mark, until: Mark) -> int:
+    """Transactions the server logged on this database between two marks."""
     return sum(transactions_by_kind(url, since, until).values())
 
 
@@ -56,16 +67,17 @@ def _statements(log: Iterable[str]) -> Iterator[tuple[str, str, str, str]]:
         yield current[0], current[1], current[2], " ".join(current[3].split())
 
 
-def transactions_by_kind(url: str, since: str, until: str) -> dict[str, int]:
+def transactions_by_kind(url: str, since: Mark, until: Mark) -> dict[str, int]:
     """The same transactions, counted by their first statement's first words (to tell
     which part of the node sends them)."""
     name = url.rsplit("/", 1)[1]
     first: dict[str, str | None] = {}
     kinds: dict[str, int] = {}
     with SERVER_LOG.open(errors="replace") as log:
+        log.seek(since.offset)
         lines = _statements(log)
         for found in lines:
-            if found[2] != name or not since <= found[0] <= until:
+            if found[2] != name or not since.time <= found[0] <= until.time:
                 continue
             pid, statement = found[1], found[3]
             upper = statement.upper()
@@ -82,13 +94,16 @@ def transactions_by_kind(url: str, since: str, until: str) -> dict[str, int]:
     return kinds
 
 
-def clock() -> str:
+def clock() -> Mark:
+    """Now: the log's length first, then the clock, so that every line before the
+    offset is from before the time."""
+    offset = SERVER_LOG.stat().st_size
     with psycopg.connect(harness.ADMIN_URL, autocommit=True) as connection:
         row = connection.execute(
             "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'HH24:MI:SS.MS')"
         ).fetchone()
     assert row is not None
-    return str(row[0])
+    return Mark(str(row[0]), offset)
 
 
 def print_medians(results: Sequence[dict[str, float]], width: int, digits: int) -> None:
