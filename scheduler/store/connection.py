@@ -229,12 +229,11 @@ class Connection:
         try:
             if parameters is None:
                 cursor.execute(sql)
-                description = cursor.description
                 while cursor.nextset():  # several statements: the last one's rows
-                    description = cursor.description or description
+                    pass
             else:
                 cursor.execute(sql, parameters)
-                description = cursor.description
+            description = cursor.description
             fetched = cursor.fetchall() if description is not None else []
             return description, fetched, cursor.rowcount
         finally:
