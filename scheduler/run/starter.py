@@ -77,7 +77,13 @@ class Starter(Worker, Generic[Item]):
         """A worker is free again."""
         with self._changed:
             self._idle += 1
-            self._changed.notify()
+            # The starter waits for a first idle worker while runs wait, or lingers for
+            # enough of them: any other release would only wake it to wait again, a
+            # context switch a run in a burst.
+            if self._waiting and (
+                self._idle == 1 or self._idle >= min(len(self._waiting), self._workers)
+            ):
+                self._changed.notify()
 
     def close(self) -> None:
         with self._changed:

@@ -4,7 +4,7 @@ Starts: the Starter sends a batch with `start_many`; a run that starts itself (t
 path) waits for its own answer, but such starts at the same moment travel together
 (group commit). Outcomes: the worker thread hands the outcome over and moves on to the
 next run; one writer thread sends the outcomes that arrive within OUTCOME_LINGER_S of
-each other in one statement, retries through database faults, and tells each run how
+the first in one statement, retries through database faults, and tells each run how
 its outcome was settled. A burst of short runs so costs a statement per batch, not two
 transactions a run, and no worker waits on a commit after its job has returned.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from enum import Enum
 from functools import partial
@@ -109,12 +108,13 @@ class RunWriter(Worker):
         if first is None:
             return False
         batch = [first]
-        linger = 0.0 if self._closing.is_set() else OUTCOME_LINGER_S
-        deadline = time.monotonic() + linger
+        # Sleep through the linger, then take what came: waiting on the queue instead
+        # would wake this thread once for every outcome of a burst. A node that starts
+        # closing cuts the linger short.
+        self._closing.wait(OUTCOME_LINGER_S)
         while len(batch) < MAX_BATCH:
-            wait = deadline - time.monotonic()
             try:
-                more = self._outcomes.get(timeout=wait) if wait > 0 else self._outcomes.get_nowait()
+                more = self._outcomes.get_nowait()
             except queue.Empty:
                 break
             if more is None:
