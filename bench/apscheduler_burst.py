@@ -43,9 +43,9 @@ def main() -> int:
     finished = threading.Semaphore(0)
 
     def body(name: str) -> None:
-        began = time.time()
+        started = time.time()
         with open(log_path, "a") as log:  # noqa: PTH123 - the same write as the nodes' bodies
-            log.write(f"{name} {began:.6f}\n")
+            log.write(f"{name} {started:.6f}\n")
         finished.release()
 
     scheduler = BackgroundScheduler(

@@ -10,7 +10,7 @@ window).
 
 In the same run, once the nodes are stopped, the baseline: APScheduler 3 firing the same
 number of jobs at one instant in one process with no database (`apscheduler_burst`,
-16 workers like a node), so that the last start is also a ratio a reader can compare
+as many workers as a node), so that the last start is also a ratio a reader can compare
 across runs on a busy machine.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from bench import harness
 from bench.harness import Figures, Row, Scenario
+from scheduler.config import DEFAULT_WORKERS
 
 JOBS, SMOKE_JOBS = 10_000, 500
 NODES = 3
@@ -114,7 +116,7 @@ def _baseline(folder: Path, count: int) -> dict[str, float]:
             "-m",
             "bench.apscheduler_burst",
             *("--jobs", str(count), "--due", str(due)),
-            *("--log", str(folder / "baseline.log"), "--workers", "16"),
+            *("--log", str(folder / "baseline.log"), "--workers", str(_node_workers())),
         ],
         capture_output=True,
         text=True,
@@ -125,6 +127,12 @@ def _baseline(folder: Path, count: int) -> dict[str, float]:
         raise RuntimeError(f"the baseline failed: {done.stdout}{done.stderr}")
     figures: dict[str, float] = json.loads(done.stdout)
     return figures
+
+
+def _node_workers() -> int:
+    """A node's workers in this run (`BENCH_WORKERS` overrides the default for the nodes),
+    which the baseline gets too."""
+    return int(os.environ.get("BENCH_WORKERS") or DEFAULT_WORKERS)
 
 
 def _busiest_share(url: str, due: int, count: int) -> float:
