@@ -233,8 +233,13 @@ class Daemon:
         """Bind this node's liveness to a session lock where the database allows it;
         the key to write in its row, or None when the lease alone decides."""
         mode, why = liveness.choose(self._database, self._settings.liveness)
-        self._log.info("liveness_mode", mode=mode.value, why=why)
-        if mode is not LivenessMode.SESSION:
+        # The same fact decides both: sessions of the node's own keep a lock, and keep
+        # what was prepared on them.
+        own_sessions = mode is LivenessMode.SESSION
+        if own_sessions:
+            self._database.prepare_statements()
+        self._log.info("liveness_mode", mode=mode.value, why=why, prepared_statements=own_sessions)
+        if not own_sessions:
             self._wakeups.choose(WakeupMode.POLL, f"no session of its own ({why})")
             return None
         # Imported here: psycopg's sessions are for PostgreSQL, and a node on SQLite

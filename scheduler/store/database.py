@@ -51,6 +51,9 @@ KEEPALIVE_COUNT = 3
 TCP_USER_TIMEOUT_MS = 10_000
 # Connections a pool keeps open between uses; more are opened for bursts and closed after.
 POOL_KEPT = 5
+# Where server-side prepared statements are allowed (`Database.prepare_statements`): a
+# statement sent this many times on a connection is prepared there (psycopg's default).
+PREPARE_THRESHOLD = 5
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -100,6 +103,14 @@ class Guarded:
     began: datetime
 
 
+@dataclass
+class _ServerSessions:
+    """Whether each pooled connection is a server session of its own, which keeps what
+    was prepared on it (set once the node knows no pooler sits in between)."""
+
+    prepared: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class Database:
     """A pool of connections plus what differs between backends; the store's handle on
@@ -121,10 +132,22 @@ class Database:
     call_timeout: float | None = None
     # Told of every statement's text as it is sent (see `recording`).
     listeners: list[Callable[[str], None]] = field(default_factory=list, repr=False)
+    # Shared by every handle on this pool (`bounded`): see `prepare_statements`.
+    server_sessions: _ServerSessions = field(default_factory=_ServerSessions, repr=False)
 
     def bounded(self, seconds: float | None) -> Database:
         """The same database (and pool), with another deadline for each call."""
-        return Database(self.url, self.pool, seconds, self.listeners)
+        return Database(self.url, self.pool, seconds, self.listeners, self.server_sessions)
+
+    def prepare_statements(self) -> None:
+        """PostgreSQL, on connections that are the node's own sessions (no transaction
+        pooler between): prepare the statements sent again and again on a connection,
+        so that the server plans a start or an outcome batch once, not every time (half
+        its cost in a burst, bench b). Off by default, and so for every command: behind
+        PgBouncer in transaction mode (before 1.21) the next transaction may land on a
+        server connection where the prepared statement does not exist."""
+        if self.is_postgres:
+            self.server_sessions.prepared = True
 
     @contextmanager
     def recording(self) -> Iterator[list[str]]:
@@ -319,6 +342,10 @@ class Database:
             raw = self.pool.borrow()
         except errors as error:
             raise translate(error, connection_lost=True) from error
+        if self.is_postgres:
+            threshold = PREPARE_THRESHOLD if self.server_sessions.prepared else None
+            if raw.prepare_threshold != threshold:
+                raw.prepare_threshold = threshold
         connection = Connection(raw, self.url.backend, self.listeners)
         try:
             with self._watched(raw):
@@ -435,7 +462,8 @@ def postgres_settings(application_name: str) -> dict[str, Any]:
         "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
         # pg_stat_activity shows which node a session belongs to.
         "application_name": application_name[:63],
-        # No server-side prepared statements: behind PgBouncer in transaction mode
+        # No server-side prepared statements until the node knows it has sessions of its
+        # own (`Database.prepare_statements`): behind PgBouncer in transaction mode
         # (before 1.21) the next transaction may land on a server connection where
         # psycopg's prepared statement does not exist.
         "prepare_threshold": None,

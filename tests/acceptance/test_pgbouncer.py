@@ -160,6 +160,7 @@ def test_two_nodes_through_transaction_pooling_run_each_period_once(
     for node in nodes:
         (mode,) = [e for e in node.events() if e.get("event") == "liveness_mode"]
         assert mode["mode"] == "lease", "behind a pooler a session lock means nothing"
+        assert mode["prepared_statements"] is False, "a pooler may not keep them"
         (wakeups,) = [e for e in node.events() if e.get("event") == "wakeups"]
         assert wakeups["mode"] == "poll", "behind a pooler no session can LISTEN: it polls"
         text = node.log_path.read_text()

@@ -41,11 +41,14 @@ def _first_failure(node: Node) -> dict[str, object]:
 def test_a_retry_wakes_the_recovery_loop_at_once(tmp_path: Path, postgres_url: str) -> None:
     """A failed attempt's outcome notifies as it is written; the recovery loop, asleep
     with nothing due, takes the retry a second later: well before the next heartbeat
-    (every 10 s with this lease) could have told it, let alone its sweep (300 s)."""
+    (every 10 s with this lease) could have told it, let alone its sweep (300 s). Its
+    sessions are its own, so it prepares what it sends again and again."""
     log = str(tmp_path / "x")
     node = start_node(tmp_path, "sleeper", postgres_url, "woken_soon", EXECUTION_LOG=log)
     try:
         assert _wakeups(node)["mode"] == "events"
+        liveness = node.wait_for(lambda event: event.get("event") == "liveness_mode")
+        assert (liveness["mode"], liveness["prepared_statements"]) == ("session", True)
         failed = _first_failure(node)
         retaken = _retaken(node, str(failed["run_id"]), timeout=20)
         assert _when(retaken) - _when(failed) < 4, "the retry waited for a heartbeat"

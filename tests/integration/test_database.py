@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.store.database import open_database
+from scheduler.model import Due, StartRequest
+from scheduler.states import RunStatus
+from scheduler.store import claims, writes
+from scheduler.store.database import Database, open_database
 from scheduler.store.faults import StoreUnavailableError
 from tests.acceptance.tcp_proxy import Proxy
 
@@ -46,3 +50,60 @@ def test_a_call_on_a_connection_that_stopped_passing_bytes_fails_at_its_deadline
         proxy.thaw()
         database.dispose()
         proxy.cut()
+
+
+def _prepared(database: Database) -> list[str]:
+    with database.autocommit() as connection:
+        return [
+            str(text)
+            for (text,) in connection.execute("SELECT statement FROM pg_prepared_statements")
+        ]
+
+
+@pytest.mark.postgres
+def test_a_start_batch_is_planned_once_a_session_only_where_sessions_are_the_nodes(
+    postgres_url: str,
+) -> None:
+    """Nothing is prepared on the server until the node says its connections are
+    sessions of its own (no transaction pooler between, where a statement prepared on
+    one server connection is missing on the next). From then on a start batch sent again
+    and again is prepared on the session and planned once, not at every batch."""
+    database = open_database(postgres_url, connections=1)  # one session to look into
+    try:
+        period = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+        due = [Due(f"job{index}", period, 60) for index in range(20)]
+        won = claims.claim(database, due, "node-a").won
+        for claim in won[:8]:
+            writes.record(database, [], [StartRequest(claim, in_turn=True)])
+        assert _prepared(database) == []
+
+        database.bounded(5.0).prepare_statements()  # any handle on the pool decides
+        for claim in won[8:]:
+            writes.record(database, [], [StartRequest(claim, in_turn=True)])
+        prepared = _prepared(database)
+        assert [text for text in prepared if "SET status = 'running'" in text], prepared
+        assert _statuses(database) == {RunStatus.RUNNING.value: 20}
+    finally:
+        database.dispose()
+
+
+def test_on_sqlite_the_switch_leaves_statements_to_the_driver(sqlite_url: str) -> None:
+    """SQLite keeps a statement cache of its own: a node that asks for prepared
+    statements there claims and starts as before."""
+    database = open_database(sqlite_url)
+    try:
+        database.prepare_statements()
+        period = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+        won = claims.claim(
+            database, [Due(f"job{index}", period, 60) for index in range(3)], "a"
+        ).won
+        writes.record(database, [], [StartRequest(claim, in_turn=True) for claim in won])
+        assert _statuses(database) == {RunStatus.RUNNING.value: 3}
+    finally:
+        database.dispose()
+
+
+def _statuses(database: Database) -> dict[str, int]:
+    with database.autocommit() as connection:
+        rows = connection.execute("SELECT status, count(*) FROM scheduler_runs GROUP BY status")
+        return {str(status): int(count) for status, count in rows}
