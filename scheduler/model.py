@@ -15,6 +15,7 @@ with them without importing the store.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,8 +36,12 @@ SILENT_BEATS = 3
 # The jobs digest of a node that runs one job once (run-once, trigger, backfill): never
 # anyone's peer, and not a daemon.
 ONE_SHOT = "one-shot"
+# Job names whose lock key is kept once computed: every start batch takes its jobs'
+# locks, and a node has a bounded set of jobs.
+LOCK_KEYS_KEPT = 65_536
 
 
+@functools.lru_cache(maxsize=LOCK_KEYS_KEPT)
 def lock_key(job: str) -> int:
     """A stable signed 64-bit key per job, the same on every node and Python version: the
     job's advisory lock, and the hash that shares its periods out among peers."""

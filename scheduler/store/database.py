@@ -72,11 +72,12 @@ _BEGIN_IDLE_BOUND = (
 )
 
 
-def _bounds_and_locks(lock_timeout: float, keys: list[int]) -> str:
+def _bounds_and_locks(lock_timeout: float, keys: list[int], *, keys_bound: bool = False) -> str:
     """A guarded transaction's first statement: its bounds, the clock and the job locks.
     Only numbers of our own are written into the text. The locks are taken after the
     bounds are in force (`locked` reads `settings`), in key order (no deadlock between
-    nodes)."""
+    nodes). `keys_bound`: the keys are the parameter `:keys`, not part of the text, so
+    that the statement is the same whatever the jobs (prepared once a session)."""
     bounds = (
         f"set_config('lock_timeout', '{round(lock_timeout * 1000)}ms', true) AS lock_set,"
         " set_config('idle_in_transaction_session_timeout',"
@@ -86,11 +87,15 @@ def _bounds_and_locks(lock_timeout: float, keys: list[int]) -> str:
     )
     if not keys:
         return f"SELECT {bounds}"
-    array = ",".join(str(int(key)) for key in keys)
+    array = (
+        "CAST(:keys AS BIGINT[])"
+        if keys_bound
+        else f"ARRAY[{','.join(str(int(key)) for key in keys)}]::BIGINT[]"
+    )
     return (
         f"WITH settings AS MATERIALIZED (SELECT {bounds}),"
         " locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(key) FROM settings,"
-        f" unnest(ARRAY[{array}]::BIGINT[]) AS key ORDER BY key)"
+        f" unnest({array}) AS key ORDER BY key)"
         " SELECT (SELECT count(*) FROM locked) AS locks, began FROM settings"
     )
 
@@ -315,7 +320,10 @@ class Database:
                 results = connection.pipeline(
                     [
                         ("BEGIN", None),
-                        (_bounds_and_locks(lock_timeout, keys), None),
+                        (
+                            _bounds_and_locks(lock_timeout, keys, keys_bound=True),
+                            {"keys": keys} if keys else None,
+                        ),
                         *statements,
                         ("COMMIT", None),
                     ]
