@@ -67,6 +67,7 @@ def _measure(count: int, workers: int, execution_log: Path) -> dict[str, str]:
     }
     with harness.fresh_database() as url:
         database = open_database(url)
+        database.prepare_statements()  # as a node on a direct connection does
         period = datetime.now(UTC).replace(microsecond=0)
         due = [Due(name, period, 30) for name in jobs]
         log = structlog.get_logger("scheduler").bind(node="bench")
