@@ -36,7 +36,8 @@ class Upcoming:
     def _push(self, job: Job, after: datetime) -> None:
         period = job.schedule.next_after(after)
         if period is not None:
-            heapq.heappush(self._heap, (period + jitter_delay(job, period), period, job.name))
+            due = period + jitter_delay(job, period) if job.policy.jitter else period
+            heapq.heappush(self._heap, (due, period, job.name))
 
     def next_due(self) -> datetime | None:
         self._reschedule()
