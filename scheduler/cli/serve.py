@@ -114,8 +114,9 @@ from scheduler.store.database import open_database
     show_default=True,
     show_envvar=True,
     help="How others learn this node died: session (a lock on a direct PostgreSQL "
-    "connection, about a second), lease (the lease runs out), auto (session unless a "
-    "pooler may sit in between).",
+    "connection, about a second; the node then also prepares its statements on the "
+    "server), lease (the lease runs out), auto (session unless a pooler may sit in "
+    "between).",
 )
 def run(
     *,
