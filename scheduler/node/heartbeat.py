@@ -95,7 +95,9 @@ class Heartbeat(SideThread):
             return
         metrics.record_heartbeat(landed=True)
         self._dispatcher.renewed(beat.held, sent)
-        self._calibrated(sent, beat.clock, time.monotonic())
+        # The clock is placed at the statement that read it, not at the beat's middle.
+        read_sent, read_received = beat.read_between
+        self._calibrated(read_sent, beat.clock, read_received)
         self._peers.update(beat.peers)
         if self.wakeups is not None:
             self.wakeups.beat(beat)

@@ -11,6 +11,7 @@ lock is still held. One commit a beat: an idle node costs the database that and 
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,8 +25,12 @@ from scheduler.store.nodes import NODES, Watched
 @dataclass(frozen=True)
 class Beat:
     held: list[Held]
-    # The database's time, read inside the beat (the host's own on SQLite).
+    # The database's time, read inside the beat (the host's own on SQLite), and the
+    # monotonic instants just before and after the statement that read it: the reading
+    # is placed between them, not in the middle of the whole beat (whose other
+    # statements may wait on a lock or a commit).
     clock: datetime
+    read_between: tuple[float, float]
     peers: list[str]
     # Below: only with `Database.sessions` (PostgreSQL); empty, None or True elsewhere.
     gone: list[str]
@@ -47,10 +52,13 @@ def beat(database: Database, node_id: str, *, alive_within: float, liveness: boo
             {"id": node_id},
         )
         held = renewals.renew_on(database, connection, node_id)
-        moment = datetime.now(UTC)  # the host's own; PostgreSQL's comes with the reads
         if not database.sessions:
+            # The host's own clock; PostgreSQL's comes with the reads.
+            moment, instant = datetime.now(UTC), time.monotonic()
             peers = nodes.peers_on(database, connection, node_id, alive_within)
-            return Beat(held, moment, peers, [], [], None, False, None, False, True)
+            return Beat(
+                held, moment, (instant, instant), peers, [], [], None, False, None, False, True
+            )
         return _read_postgres(
             database, connection, held, node_id, alive_within=alive_within, liveness=liveness
         )
@@ -68,11 +76,14 @@ def _read_postgres(
     """Everything a beat learns, as one statement: each store module's own query, asked
     at once (one round trip, not ten: an idle node's CPU is mostly its heartbeat)."""
     statement, parameters = _reads(database, node_id, alive_within=alive_within, liveness=liveness)
+    sent = time.monotonic()
     row = connection.execute(statement, parameters).one()
+    received = time.monotonic()
     now = row.now
     return Beat(
         held=held,
         clock=now,
+        read_between=(sent, received),
         peers=list(row.peers),
         gone=list(row.gone),
         ring=[Watched(node, key) for node, key in zip(row.ring_ids, row.ring_keys, strict=True)],

@@ -200,7 +200,8 @@ def test_tries_run_out_and_the_event_is_failed(database: Database) -> None:
 
 
 def _beat(alerts_in: float | None) -> Beat:
-    return Beat([], datetime.now(UTC), [], [], [], None, False, alerts_in, False, True)
+    now = time.monotonic()
+    return Beat([], datetime.now(UTC), (now, now), [], [], [], None, False, alerts_in, False, True)
 
 
 def test_a_listening_node_asks_once_a_minute_about_events_only_others_can_deliver(
