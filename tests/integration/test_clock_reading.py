@@ -34,9 +34,10 @@ def test_a_beat_that_waits_for_a_lock_still_reads_the_clock_where_it_read_it(
     database = open_database(postgres_url)
     log = structlog.get_logger()
     clock = Clock()
+    dispatcher = Dispatcher(database, {}, NODE.id, 1, log)
     heartbeat = Heartbeat(
         database=database,
-        dispatcher=Dispatcher(database, {}, NODE.id, 1, log),
+        dispatcher=dispatcher,
         node_id=NODE.id,
         interval=10.0,
         log=log,
@@ -57,6 +58,7 @@ def test_a_beat_that_waits_for_a_lock_still_reads_the_clock_where_it_read_it(
         database_now = database.read_clock()
         after = clock.now()
     finally:
+        dispatcher.drain(1)
         database.dispose()
     assert before - SLACK <= database_now <= after + SLACK, (
         f"the node's clock is off by {(before - database_now).total_seconds():+.3f} s"
