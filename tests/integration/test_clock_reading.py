@@ -1,12 +1,15 @@
-"""A node schedules by the database clock, read with each heartbeat. The beat is one
-transaction of several statements, and any of them may wait (a row lock, a busy pool, a
-slow commit): the reading must be placed at the statement that made it, not in the
-middle of the whole beat, or the node's clock runs ahead or behind by half the wait."""
+"""A node schedules by the database clock, read with each heartbeat and whenever the
+database says a claim came early. Such a reading may wait before its statement (a row
+lock in the beat, a pool with every connection in use) or after it (the beat's commit):
+it must be placed at the statement that made it, not in the middle of the whole call,
+or the node's clock runs ahead or behind by half the wait."""
 
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -18,48 +21,90 @@ from scheduler.node.heartbeat import Heartbeat
 from scheduler.node.peers import Peers
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.store import nodes
-from scheduler.store.database import open_database
+from scheduler.store.database import Database, open_database
 
 pytestmark = pytest.mark.postgres
 NODE = NodeIdentity(id="beating-000000", name="beating", host="host", pid=1, version="0")
-# How long another session holds the node's row, so that the beat's first statement waits.
+# How long the reading is kept waiting before its statement.
 HELD_S = 1.0
 # What the reading may be off by: round trips on this machine, far below HELD_S / 2.
-SLACK = timedelta(seconds=0.1)
+SLACK_S = 0.1
 
 
-def test_a_beat_that_waits_for_a_lock_still_reads_the_clock_where_it_read_it(
-    postgres_url: str,
-) -> None:
-    database = open_database(postgres_url)
+@contextmanager
+def _heartbeat(database: Database, clock: Clock) -> Iterator[Heartbeat]:
     log = structlog.get_logger()
-    clock = Clock()
     dispatcher = Dispatcher(database, {}, NODE.id, 1, log)
-    heartbeat = Heartbeat(
-        database=database,
-        dispatcher=dispatcher,
-        node_id=NODE.id,
-        interval=10.0,
-        log=log,
-        clock=clock,
-        peers=Peers(NODE.id),
-        halt=threading.Event(),
-    )
     try:
-        nodes.register(database, NODE, "digest")
-        with psycopg.connect(postgres_url) as holder:
-            holder.execute("SELECT 1 FROM scheduler_nodes WHERE id = %s FOR UPDATE", (NODE.id,))
-            release = threading.Timer(HELD_S, holder.commit)
-            release.start()
-            heartbeat.beat()
-            release.join()
-        assert heartbeat.last_beat is not None, "the beat did not land"
-        before = clock.now()
-        database_now = database.read_clock()
-        after = clock.now()
+        yield Heartbeat(
+            database=database,
+            dispatcher=dispatcher,
+            node_id=NODE.id,
+            interval=10.0,
+            log=log,
+            clock=clock,
+            peers=Peers(NODE.id),
+            halt=threading.Event(),
+        )
     finally:
         dispatcher.drain(1)
+
+
+def _off_by(clock: Clock, database: Database) -> float:
+    """Seconds the node's clock is ahead of the database's (negative: behind), or 0.0
+    when the database's reading falls between two of the node's."""
+    before = clock.now()
+    database_now = database.read_clock()
+    after = clock.now()
+    if database_now < before:
+        return (before - database_now).total_seconds()
+    if database_now > after:
+        return -(database_now - after).total_seconds()
+    return 0.0
+
+
+def test_a_beat_that_waits_for_a_lock_reads_the_clock_where_its_statement_ran(
+    postgres_url: str,
+) -> None:
+    database, clock = open_database(postgres_url), Clock()
+    try:
+        nodes.register(database, NODE, "digest")
+        with _heartbeat(database, clock) as heartbeat:
+            with psycopg.connect(postgres_url) as holder:
+                holder.execute("SELECT 1 FROM scheduler_nodes WHERE id = %s FOR UPDATE", (NODE.id,))
+                release = threading.Timer(HELD_S, holder.commit)
+                release.start()
+                heartbeat.beat()
+                release.join()
+            assert heartbeat.last_beat is not None, "the beat did not land"
+        off_by = _off_by(clock, database)
+    finally:
         database.dispose()
-    assert before - SLACK <= database_now <= after + SLACK, (
-        f"the node's clock is off by {(before - database_now).total_seconds():+.3f} s"
-    )
+    assert abs(off_by) <= SLACK_S, f"the node's clock is off by {off_by:+.3f} s"
+
+
+def test_a_reading_that_waits_for_a_connection_is_placed_where_its_statement_ran(
+    postgres_url: str,
+) -> None:
+    database, clock = open_database(postgres_url, connections=1), Clock()
+    taken, done = threading.Event(), threading.Event()
+
+    def hold_the_only_connection() -> None:
+        with database.autocommit():
+            taken.set()
+            done.wait(HELD_S)
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    try:
+        with _heartbeat(database, clock) as heartbeat:
+            holder.start()
+            assert taken.wait(10)
+            started = time.monotonic()
+            heartbeat.calibrate()
+            assert time.monotonic() - started >= HELD_S / 2, "the reading did not wait"
+        holder.join()
+        off_by = _off_by(clock, database)
+    finally:
+        done.set()
+        database.dispose()
+    assert abs(off_by) <= SLACK_S, f"the node's clock is off by {off_by:+.3f} s"
