@@ -113,9 +113,8 @@ class Heartbeat(SideThread):
     def calibrate(self) -> None:
         """Read the database clock, which this node schedules by; warn when this host's
         own clock is off from it (once, until it is back)."""
-        before = time.monotonic()
-        database_time = self._database.read_clock()
-        self._calibrated(before, database_time, time.monotonic())
+        sent, database_time, received = self._database.read_clock_between()
+        self._calibrated(sent, database_time, received)
 
     def _calibrated(self, before: float, database_time: datetime, after: float) -> None:
         offset = self._clock.calibrate(before, database_time, after)

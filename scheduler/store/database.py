@@ -21,6 +21,7 @@ another client's session behind a pooler.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -369,13 +370,22 @@ class Database:
         return WATCH.watching(raw, self.call_timeout)
 
     def read_clock(self) -> datetime:
-        """The database's current time, to measure this host's clock against."""
+        """The database's current time."""
+        return self.read_clock_between()[1]
+
+    def read_clock_between(self) -> tuple[float, datetime, float]:
+        """The database's current time, to measure this host's clock against, between
+        the monotonic instants just before and after the statement that read it (a wait
+        for a connection comes before them)."""
         if not self.server_clock:
-            return datetime.now(UTC)
+            instant = time.monotonic()
+            return instant, datetime.now(UTC), instant
         with self.autocommit() as connection:
+            sent = time.monotonic()
             moment = connection.execute("SELECT statement_timestamp() AS now").scalar()
+            received = time.monotonic()
         assert isinstance(moment, datetime)
-        return moment
+        return sent, moment, received
 
     def ping(self) -> None:
         with self.autocommit() as connection:
