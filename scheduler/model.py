@@ -50,6 +50,22 @@ def lock_key(job: str) -> int:
 
 
 @dataclass(frozen=True)
+class ClockReading:
+    """The database's time, read by a statement sent at the monotonic instant `sent` and
+    answered at `received`: the reading is placed between them, not around a wait for a
+    connection or a lock that came before or after the statement."""
+
+    sent: float
+    moment: datetime
+    received: float
+
+    @classmethod
+    def host(cls, moment: datetime, instant: float) -> ClockReading:
+        """The host's own clock (SQLite): read at one instant."""
+        return cls(instant, moment, instant)
+
+
+@dataclass(frozen=True)
 class NodeIdentity:
     id: str
     name: str

@@ -13,6 +13,8 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+from scheduler.model import ClockReading
+
 SKEW_WARNING = timedelta(seconds=1)
 
 
@@ -35,12 +37,12 @@ class Clock:
         with self._lock:
             return self._offset
 
-    def calibrate(self, before: float, database_time: datetime, after: float) -> timedelta:
-        """Take a reading of the database clock, made between the monotonic instants
-        `before` and `after`, as of their midpoint; return the host clock's offset."""
-        midpoint = before + (after - before) / 2
+    def calibrate(self, reading: ClockReading) -> timedelta:
+        """Take a reading of the database clock as of the midpoint of the monotonic
+        instants around its statement; return the host clock's offset."""
+        midpoint = reading.sent + (reading.received - reading.sent) / 2
         host = datetime.now(UTC) - timedelta(seconds=time.monotonic() - midpoint)
-        offset = database_time - host
+        offset = reading.moment - host
         with self._lock:
-            self._anchor, self._anchor_mono, self._offset = database_time, midpoint, offset
+            self._anchor, self._anchor_mono, self._offset = reading.moment, midpoint, offset
         return offset

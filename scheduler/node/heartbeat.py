@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import metrics
-from scheduler.model import SILENT_BEATS
+from scheduler.model import SILENT_BEATS, ClockReading
 from scheduler.node.clock import SKEW_WARNING, Clock
 from scheduler.node.liveness import Liveness
 from scheduler.node.peers import Peers
@@ -95,9 +95,7 @@ class Heartbeat(SideThread):
             return
         metrics.record_heartbeat(landed=True)
         self._dispatcher.renewed(beat.held, sent)
-        # The clock is placed at the statement that read it, not at the beat's middle.
-        read_sent, read_received = beat.read_between
-        self._calibrated(read_sent, beat.clock, read_received)
+        self._calibrated(beat.clock)
         self._peers.update(beat.peers)
         if self.wakeups is not None:
             self.wakeups.beat(beat)
@@ -113,11 +111,10 @@ class Heartbeat(SideThread):
     def calibrate(self) -> None:
         """Read the database clock, which this node schedules by; warn when this host's
         own clock is off from it (once, until it is back)."""
-        sent, database_time, received = self._database.read_clock_between()
-        self._calibrated(sent, database_time, received)
+        self._calibrated(self._database.clock_reading())
 
-    def _calibrated(self, before: float, database_time: datetime, after: float) -> None:
-        offset = self._clock.calibrate(before, database_time, after)
+    def _calibrated(self, reading: ClockReading) -> None:
+        offset = self._clock.calibrate(reading)
         skewed = abs(offset) > SKEW_WARNING
         if skewed and not self._skewed:
             self._log.warning(

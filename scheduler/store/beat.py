@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.model import Held
+from scheduler.model import ClockReading, Held
 from scheduler.store import deliveries, items, nodes, renewals, requests, takeover
 from scheduler.store.database import Connection, Database
 from scheduler.store.nodes import NODES, Watched
@@ -25,12 +25,10 @@ from scheduler.store.nodes import NODES, Watched
 @dataclass(frozen=True)
 class Beat:
     held: list[Held]
-    # The database's time, read inside the beat (the host's own on SQLite), and the
-    # monotonic instants just before and after the statement that read it: the reading
-    # is placed between them, not in the middle of the whole beat (whose other
-    # statements may wait on a lock or a commit).
-    clock: datetime
-    read_between: tuple[float, float]
+    # The database's time, read inside the beat (the host's own on SQLite), placed at the
+    # statement that read it, not in the middle of the whole beat (whose other statements
+    # may wait on a lock or a commit).
+    clock: ClockReading
     peers: list[str]
     # Below: only with `Database.sessions` (PostgreSQL); empty, None or True elsewhere.
     gone: list[str]
@@ -54,11 +52,9 @@ def beat(database: Database, node_id: str, *, alive_within: float, liveness: boo
         held = renewals.renew_on(database, connection, node_id)
         if not database.sessions:
             # The host's own clock; PostgreSQL's comes with the reads.
-            moment, instant = datetime.now(UTC), time.monotonic()
+            clock = ClockReading.host(datetime.now(UTC), time.monotonic())
             peers = nodes.peers_on(database, connection, node_id, alive_within)
-            return Beat(
-                held, moment, (instant, instant), peers, [], [], None, False, None, False, True
-            )
+            return Beat(held, clock, peers, [], [], None, False, None, False, True)
         return _read_postgres(
             database, connection, held, node_id, alive_within=alive_within, liveness=liveness
         )
@@ -82,8 +78,7 @@ def _read_postgres(
     now = row.now
     return Beat(
         held=held,
-        clock=now,
-        read_between=(sent, received),
+        clock=ClockReading(sent, now, received),
         peers=list(row.peers),
         gone=list(row.gone),
         ring=[Watched(node, key) for node, key in zip(row.ring_ids, row.ring_keys, strict=True)],

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from scheduler.errors import UserError
-from scheduler.model import lock_key
+from scheduler.model import ClockReading, lock_key
 from scheduler.store.connection import Connection, Result
 from scheduler.store.deadlines import WATCH
 from scheduler.store.faults import StoreError, driver_errors, translate
@@ -371,21 +371,19 @@ class Database:
 
     def read_clock(self) -> datetime:
         """The database's current time."""
-        return self.read_clock_between()[1]
+        return self.clock_reading().moment
 
-    def read_clock_between(self) -> tuple[float, datetime, float]:
-        """The database's current time, to measure this host's clock against, between
-        the monotonic instants just before and after the statement that read it (a wait
-        for a connection comes before them)."""
+    def clock_reading(self) -> ClockReading:
+        """The database's current time, to measure this host's clock against, placed at
+        the statement that read it (a wait for a connection comes before it)."""
         if not self.server_clock:
-            instant = time.monotonic()
-            return instant, datetime.now(UTC), instant
+            return ClockReading.host(datetime.now(UTC), time.monotonic())
         with self.autocommit() as connection:
             sent = time.monotonic()
             moment = connection.execute("SELECT statement_timestamp() AS now").scalar()
             received = time.monotonic()
         assert isinstance(moment, datetime)
-        return sent, moment, received
+        return ClockReading(sent, moment, received)
 
     def ping(self) -> None:
         with self.autocommit() as connection:

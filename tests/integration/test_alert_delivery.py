@@ -14,7 +14,7 @@ import structlog
 
 from scheduler import hooks
 from scheduler.alerting.webhook import KEY_HEADER, SIGNATURE_HEADER, Webhook, verify_signature
-from scheduler.model import Due, Event, Failure, Finish
+from scheduler.model import ClockReading, Due, Event, Failure, Finish
 from scheduler.node import alerts
 from scheduler.node.alerts import Alerts
 from scheduler.node.wakeups import Mode as WakeupMode
@@ -200,8 +200,8 @@ def test_tries_run_out_and_the_event_is_failed(database: Database) -> None:
 
 
 def _beat(alerts_in: float | None) -> Beat:
-    now = time.monotonic()
-    return Beat([], datetime.now(UTC), (now, now), [], [], [], None, False, alerts_in, False, True)
+    clock = ClockReading.host(datetime.now(UTC), time.monotonic())
+    return Beat([], clock, [], [], [], None, False, alerts_in, False, True)
 
 
 def test_a_listening_node_asks_once_a_minute_about_events_only_others_can_deliver(
