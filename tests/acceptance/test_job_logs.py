@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 RUN_FIELDS = {"job", "period", "run_id", "attempt", "node"}
 
 
-def _trigger(tmp_path: Path, url: str, job: str, log_format: str = "json") -> tuple[int, str]:
+def _trigger(
+    tmp_path: Path, url: str, job: str, log_format: str = "json", **env: str
+) -> tuple[int, str]:
     result = run_command(
         [
             "trigger",
@@ -30,6 +32,8 @@ def _trigger(tmp_path: Path, url: str, job: str, log_format: str = "json") -> tu
             log_format,
         ],
         tmp_path,
+        60,
+        **env,
     )
     return result.returncode, result.stdout
 
@@ -80,6 +84,23 @@ def test_logging_from_job_code_names_the_run(tmp_path: Path, sqlite_url: str, ki
         assert {field: line.get(field) for field in RUN_FIELDS} == {
             field: run[field] for field in RUN_FIELDS
         }
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_what_a_job_prints_comes_between_its_start_and_its_outcome(
+    tmp_path: Path, sqlite_url: str, unbuffered: str
+) -> None:
+    """A person reading the log sees a job's own output after its run_started line and
+    before its outcome, whether stdout is unbuffered (our Docker image sets
+    PYTHONUNBUFFERED: each print is written at once) or not. Whoever makes our lines wait
+    to be written together (tried twice for the burst, see BENCHMARKS) must keep this."""
+    code, out = _trigger(tmp_path, sqlite_url, "chatty-print", PYTHONUNBUFFERED=unbuffered)
+    assert code == 0, out
+    said = [
+        json.loads(line)["event"] if line.startswith("{") else line for line in out.splitlines()
+    ]
+    ours = [line for line in said if line.startswith("run_") or line.startswith("printed")]
+    assert ours == ["run_claimed", "run_started", "printed by chatty-print", "run_succeeded"], out
 
 
 def test_a_second_copy_says_what_ran_elsewhere(tmp_path: Path, sqlite_url: str) -> None:

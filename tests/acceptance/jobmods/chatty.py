@@ -47,3 +47,8 @@ def _charge(customer: int) -> None:
 @job(cron="0 0 1 1 *", name="declined", retries=1, retry_backoff="0s")
 def declined(ctx: RunContext) -> None:
     _charge(42)
+
+
+@job(cron="0 0 1 1 *", name="chatty-print")
+def printing() -> None:
+    print("printed by chatty-print")
