@@ -11,8 +11,6 @@ import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TextIO
 
-from scheduler import loglines
-
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
@@ -58,7 +56,7 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
     exceptions: Any = structlog.processors.format_exc_info if use_json else _identity
     failures = _failure_as_data if use_json else _failure_as_text
     # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
-    handler = loglines.Handler(out)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
@@ -85,9 +83,10 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
     # Library chatter stays out unless the user asks for debug.
     for noisy in ("sqlalchemy", "alembic", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
-    lines = loglines.install(handler)
+    lines = _Lines(handler)
     # Our own events skip the standard library: a busy node logs a few lines per run, and
-    # a LogRecord plus a second formatting pass cost twice the line itself.
+    # a LogRecord plus a second formatting pass cost twice the line itself. They are
+    # written under the handler's lock, so a line of ours and a library's never mix.
     structlog.configure(
         processors=[
             *shared,
@@ -100,6 +99,23 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         cache_logger_on_first_use=True,
     )
+
+
+class _Lines:
+    """structlog's final logger: one rendered line, written and flushed under a lock."""
+
+    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
+        self._handler = handler
+
+    def msg(self, message: str) -> None:
+        self._handler.acquire()
+        try:
+            self._handler.stream.write(message + "\n")
+            self._handler.flush()
+        finally:
+            self._handler.release()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
 
 def _identity(_logger: Any, _name: str, event: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from scheduler import loglines, logs
+from scheduler import logs
 from scheduler.config import (
     DEFAULT_DATABASE_URL,
     DEFAULT_GRACE,
@@ -149,7 +149,6 @@ def install_signal_handlers(request_stop: Callable[[], None]) -> None:
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         if received:
-            loglines.flush(blocking=False)  # unless a thread is writing one this instant
             os._exit(128 + signum)
         received.append(signum)
         logs.get_logger().info("signal_received", signal=signal.Signals(signum).name)

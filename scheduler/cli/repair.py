@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from scheduler import loglines, views
+from scheduler import views
 from scheduler.admin import Admin
 from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
@@ -93,7 +93,6 @@ def _operator(node: NodeArgs, job_name: str) -> tuple[Admin, Job, threading.Even
 
 def _leave(status: int) -> None:
     """Exit without joining a job thread that may have outlived the grace period."""
-    loglines.flush()
     sys.stdout.flush()
     os._exit(status)
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from scheduler import http as operations_http
-from scheduler import loglines, logs, metrics
+from scheduler import logs, metrics
 from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     BEHIND,
@@ -167,7 +167,6 @@ def run(
     abandoned = daemon.run()
     if abandoned:
         # Threads of abandoned jobs cannot be joined; their runs are already recorded.
-        loglines.flush()
         sys.stdout.flush()
         os._exit(0)
     database.dispose()

@@ -34,7 +34,6 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import loglines
 from scheduler.alerting.propagation import extracted_context
 from scheduler.model import Claim, Delivery, Finish, RunKey
 from scheduler.registry import Job
@@ -189,7 +188,6 @@ class WorkerRuns:
         self._leases.watch(claim.key, valid_until(claim.lease_from, claim.lease_seconds))
         try:
             log.info("run_started", origin=claim.origin.value, queued_ms=delivery.queued_ms)
-            loglines.flush()  # the job's own output comes after the lines said before it
             began = time.monotonic()
             with watching.current():
                 outcome = self._executors.for_job(job).call(job, context, _no_child)

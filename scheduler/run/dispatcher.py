@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import loglines, metrics
+from scheduler import metrics
 from scheduler.model import Claim, Finish, Held, QueueRequest, RunKey, Started, StartRequest
 from scheduler.policy import Overlap
 from scheduler.registry import Job
@@ -250,7 +250,6 @@ class Dispatcher:
             )
             active.context = context
         context.log.info("run_started", origin=claim.origin.value)
-        loglines.flush()  # the job's own output comes after the lines said before it
         metrics.record_start(claim.job, claim.period)
         began = time.monotonic()
         with watching.current():
