@@ -11,7 +11,15 @@ window).
 In the same run, once the nodes are stopped, the baseline: APScheduler 3 firing the same
 number of jobs at one instant in one process with no database (`apscheduler_burst`,
 as many workers as a node), so that the last start is also a ratio a reader can compare
-across runs on a busy machine.
+across runs on a busy machine. That baseline logs nothing; a second one, right after,
+logs APScheduler's own INFO lines (two a run) to a file, as a team that logs at INFO
+runs it, since the nodes write their three lines a run too.
+
+The floor: (the database server's CPU in this run + the silent baseline's CPU) ÷ the
+cores, the last start of nodes that each spent per run what APScheduler 3 alone spends,
+beside the server's work as measured, with every core busy on nothing else throughout.
+A last start below it needs nodes cheaper per run than APScheduler 3 with no database
+and no log lines, or a server that does less per run.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ LEAD_S, SMOKE_LEAD_S = 15, 6
 CATCHUP_INTERVAL_S = 5
 # Seconds from starting the baseline to its instant (it loads 10,000 jobs in about 0.4 s).
 BASELINE_LEAD_S = 4
+# The cores this process may run on: the floor below spreads CPU time over them.
+CORES = len(os.sched_getaffinity(0))
 FINISHED = "('succeeded', 'failed', 'timed_out', 'skipped', 'abandoned')"
 
 
@@ -65,10 +75,12 @@ def run_once(smoke: bool) -> Figures:
             before = harness.total_statements(nodes)
             cpu_before = [node.cpu_seconds() for node in nodes]
             machine_before = harness.machine_busy_seconds()
+            server_before = harness.server_busy_seconds()
             finished_at = _wait_finished(url, count, due + 120)
             busy = finished_at - (due - 0.5)
             nodes_cpu = sum(n.cpu_seconds() - c for n, c in zip(nodes, cpu_before, strict=True))
             machine_cpu = harness.machine_busy_seconds() - machine_before
+            server_cpu = harness.server_busy_seconds() - server_before
             time.sleep(0.5)  # the counters flush every 0.2 s
             runs_only = harness.difference(harness.total_statements(nodes), before)
             harness.sleep_until(finished_at + CATCHUP_INTERVAL_S + 2)
@@ -81,6 +93,7 @@ def run_once(smoke: bool) -> Figures:
         )[0]
         ran = harness.executions(executions)
         baseline = _baseline(folder, count)
+        logged = _baseline(folder, count, log_lines=True)
         harness.log(f"[b] statements by kind, claim to finish: {runs_only['kinds']}")
         harness.log(f"[b] statements by kind, with catch-up: {with_catchup['kinds']}")
         return {
@@ -93,6 +106,7 @@ def run_once(smoke: bool) -> Figures:
             "machine_cpu": machine_cpu / busy * 100,
             "nodes_ms_per_run": nodes_cpu / count * 1000,
             "machine_ms_per_run": machine_cpu / count * 1000,
+            "server_ms_per_run": server_cpu / count * 1000,
             "per_node": _busiest_share(url, due, count),
             "statements_per_run": runs_only["statements"] / count,
             "round_trips_per_run": runs_only["round_trips"] / count,
@@ -103,13 +117,19 @@ def run_once(smoke: bool) -> Figures:
             "baseline_last_start": baseline["last_start"],
             "ratio_last_start": (last_start.timestamp() - due) / baseline["last_start"],
             "baseline_ms_per_run": baseline["cpu_s"] / count * 1000,
+            "floor_last_start": (server_cpu + baseline["cpu_s"]) / CORES,
             "baseline_missed": count - baseline["started"],
+            "logged_last_start": logged["last_start"],
+            "ratio_logged_last_start": (last_start.timestamp() - due) / logged["last_start"],
+            "logged_ms_per_run": logged["cpu_s"] / count * 1000,
         }
 
 
-def _baseline(folder: Path, count: int) -> dict[str, float]:
-    """APScheduler 3, one process, no database: the same burst, measured right after."""
+def _baseline(folder: Path, count: int, *, log_lines: bool = False) -> dict[str, float]:
+    """APScheduler 3, one process, no database: the same burst, measured right after;
+    with `log_lines`, logging its INFO lines to a file as a team that logs runs it."""
     due = math.ceil(time.time()) + BASELINE_LEAD_S
+    logging = ["--log-lines", str(folder / "baseline-lines.log")] if log_lines else []
     done = subprocess.run(
         [
             sys.executable,
@@ -117,6 +137,7 @@ def _baseline(folder: Path, count: int) -> dict[str, float]:
             "bench.apscheduler_burst",
             *("--jobs", str(count), "--due", str(due)),
             *("--log", str(folder / "baseline.log"), "--workers", str(_node_workers())),
+            *logging,
         ],
         capture_output=True,
         text=True,
@@ -168,7 +189,9 @@ ROWS = [
     Row("machine_cpu", "CPU of the whole machine until then (of 200 %)", "% core"),
     Row("nodes_ms_per_run", "CPU of the nodes per run", "ms"),
     Row("machine_ms_per_run", "CPU of the whole machine per run", "ms"),
+    Row("server_ms_per_run", "CPU of the PostgreSQL server per run", "ms"),
     Row("baseline_ms_per_run", "CPU per run, APScheduler 3 alone (baseline)", "ms"),
+    Row("floor_last_start", "floor: server + baseline CPU, all cores busy", "s"),
     Row("statements_per_run", "statements per run (claim → finish)", "", "≤ 3", lambda v: v <= 3),
     Row("round_trips_per_run", "round trips per run (claim → finish)", ""),
     Row("transactions_per_run", "transactions per run (claim → finish)", ""),
@@ -182,6 +205,9 @@ ROWS = [
     Row("duplicates", "duplicates", "", "0", lambda v: v == 0, "max"),
     Row("missed", "missed", "", "0", lambda v: v == 0, "max"),
     Row("baseline_missed", "missed, APScheduler 3 alone (baseline)", "", "", None, "max"),
+    Row("logged_last_start", "last start, APScheduler 3 alone logging at INFO", "s"),
+    Row("ratio_logged_last_start", "last start, ratio to APScheduler 3 logging at INFO", ""),
+    Row("logged_ms_per_run", "CPU per run, APScheduler 3 alone logging at INFO", "ms"),
 ]
 SCENARIO = Scenario("b", "10,000 jobs due at one instant, 3 nodes", run_once, ROWS)
 

@@ -392,6 +392,28 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / CLOCK_TICKS
 
 
+def server_busy_seconds() -> float:
+    """CPU seconds the PostgreSQL server's processes now alive have spent (user +
+    system): the backends of the nodes' pools, which live through a scenario, and the
+    server's own helpers (WAL writer, checkpointer). A backend that has exited is not
+    counted: the harness's own short queries, not the nodes' work. The server must run
+    on this machine, as it does for every scenario."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name, _, rest = stat.partition("(")[2].rpartition(")")
+        if name != "postgres":
+            continue
+        fields = rest.split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
 def total_statements(nodes: Sequence[Node]) -> dict[str, Any]:
     """Counts summed over nodes, for a before/after difference."""
     total: dict[str, Any] = {"statements": 0, "round_trips": 0, "transactions": 0, "kinds": {}}
