@@ -129,7 +129,7 @@ def _baseline(folder: Path, count: int, *, log_lines: bool = False) -> dict[str,
     """APScheduler 3, one process, no database: the same burst, measured right after;
     with `log_lines`, logging its INFO lines to a file as a team that logs runs it."""
     due = math.ceil(time.time()) + BASELINE_LEAD_S
-    logging = ["--log-lines", str(folder / "baseline-lines.log")] if log_lines else []
+    lines = ["--log-lines", str(folder / "baseline-lines.log")] if log_lines else []
     done = subprocess.run(
         [
             sys.executable,
@@ -137,7 +137,7 @@ def _baseline(folder: Path, count: int, *, log_lines: bool = False) -> dict[str,
             "bench.apscheduler_burst",
             *("--jobs", str(count), "--due", str(due)),
             *("--log", str(folder / "baseline.log"), "--workers", str(_node_workers())),
-            *logging,
+            *lines,
         ],
         capture_output=True,
         text=True,
