@@ -265,8 +265,7 @@ class Node:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the process so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return process_cpu_seconds(self.pid)
 
     def memory_mb(self) -> tuple[float, float]:
         """(current RSS, peak RSS) in MiB."""
@@ -398,20 +397,23 @@ def server_busy_seconds() -> float:
     server's own helpers (WAL writer, checkpointer). A backend that has exited is not
     counted: the harness's own short queries, not the nodes' work. The server must run
     on this machine, as it does for every scenario."""
-    total = 0
+    total = 0.0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            if (entry / "comm").read_text().strip() == "postgres":
+                total += process_cpu_seconds(int(entry.name))
         except OSError:  # gone meanwhile
             continue
-        name, _, rest = stat.partition("(")[2].rpartition(")")
-        if name != "postgres":
-            continue
-        fields = rest.split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
+    return total
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live process has spent so far (/proc/PID/stat); OSError
+    once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def total_statements(nodes: Sequence[Node]) -> dict[str, Any]:

@@ -21,20 +21,16 @@ outcome are HOT updates (no index touched); what such a row would save at most.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from bench import harness
 from scheduler.model import Due, Finish, StartRequest
 from scheduler.states import RunStatus
 from scheduler.store import claims, writes
 from scheduler.store.database import open_database
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -125,14 +121,13 @@ def _server_cpu(url: str) -> float:
         "SELECT pid FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid()",
     )
-    total = 0
+    total = 0.0
     for (pid,) in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += harness.process_cpu_seconds(pid)
         except FileNotFoundError:  # a backend that ended meanwhile
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLOCK_TICKS
+    return total
 
 
 if __name__ == "__main__":
