@@ -8,6 +8,7 @@ from datetime import timedelta
 Duration = int | float | timedelta | str
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_ZERO = timedelta(0)
 _TERM = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
@@ -15,9 +16,11 @@ def parse_duration(value: Duration) -> timedelta:
     """Turn any accepted spelling into a timedelta; raise ValueError with the bad value."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration, got {value!r}")  # noqa: TRY004 - one error type for callers
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float):
+    if isinstance(value, timedelta):  # already one (every default): kept as it is
+        if value < _ZERO:
+            raise ValueError(f"duration must not be negative, got {value!r}")
+        return value
+    if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
         seconds = _parse_text(value)

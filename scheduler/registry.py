@@ -164,15 +164,16 @@ def _takes_context(name: str, func: Callable[..., Any]) -> bool:
     """Jobs take either nothing or one `RunContext`; anything else is a definition error."""
     if not callable(func):
         raise JobDefinitionError(name, "function", f"{func!r} is not callable")
+    parameters = inspect.signature(func).parameters  # read once: 10,000 jobs start faster
     required = [
         parameter
-        for parameter in inspect.signature(func).parameters.values()
+        for parameter in parameters.values()
         if parameter.default is inspect.Parameter.empty
         and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
     ]
     if len(required) > 1:
         raise JobDefinitionError(name, "function", "must take no argument or one (the RunContext)")
-    return len(inspect.signature(func).parameters) > 0
+    return len(parameters) > 0
 
 
 def load_jobs(entries: Sequence[str]) -> dict[str, Job]:

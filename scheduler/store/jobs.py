@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,7 @@ _POLICY_COLUMNS = (
     "retries",
     "alert_after_seconds",
 )
+_DEFINITION_COLUMNS = ("name", *_POLICY_COLUMNS)
 
 
 # A schedule (cron or time zone) other than the stored one is a change of schedule. In
@@ -87,7 +88,7 @@ def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> Non
                 ),
                 {
                     column: [getattr(definition, column) for definition in definitions]
-                    for column in ("name", *_POLICY_COLUMNS)
+                    for column in _DEFINITION_COLUMNS
                 },
             )
             return
@@ -97,7 +98,10 @@ def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> Non
                 f"""VALUES (:name, :cron, :timezone, :lease_seconds, :timeout_seconds,
                             :retries, :alert_after_seconds, {now}, {now}, FALSE)""",
             ),
-            [asdict(definition) for definition in definitions],
+            [
+                {column: getattr(definition, column) for column in _DEFINITION_COLUMNS}
+                for definition in definitions
+            ],
         )
 
 

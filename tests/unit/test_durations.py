@@ -27,7 +27,9 @@ def test_accepted_spellings(given: object, seconds: float) -> None:
     assert parse_duration(given).total_seconds() == seconds  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("given", ["", "5 min", "m5", "1x", "-5s", -1, True, None, "1h 30m"])
+@pytest.mark.parametrize(
+    "given", ["", "5 min", "m5", "1x", "-5s", -1, timedelta(seconds=-1), True, None, "1h 30m"]
+)
 def test_refused_spellings_name_the_value(given: object) -> None:
     with pytest.raises(ValueError, match=r"duration|negative"):
         parse_duration(given)  # type: ignore[arg-type]
