@@ -10,7 +10,8 @@ neighbour weighs on both; medians and the ratio this / baseline.
 `--python` names the interpreter: by default this one (the development environment,
 whose extra packages, such as rich under structlog, a user's install does not have);
 give a virtualenv with only `pip install .` in it to measure what users run (each tree
-is put first on PYTHONPATH, so the interpreter's own copy is not used).
+is put first on PYTHONPATH, so the interpreter's own copy is not used). Each tree is
+compiled to bytecode first, as pip compiles what it installs; the job modules are not.
 
     .venv/bin/python -m bench.l_startup --baseline ../before [--runs 5] \
         [--python /tmp/prodenv/bin/python]
@@ -111,6 +112,7 @@ def main() -> int:
         many = harness.job_module(folder, "many_jobs", [("@yearly", 10_000, "")])
         owed = harness.job_module(folder, "owed_job", [("* * * * *", 1, 'catchup="all"')])
         for label, tree in trees.items():
+            harness.compile_tree(tree, PYTHON)
             for url in (f"sqlite:///{folder / label}.db", f"sqlite:///{folder / label}-many.db"):
                 subprocess.run(
                     [PYTHON, "-m", "scheduler", "migrate", "--database-url", url],
