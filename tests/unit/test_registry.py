@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from datetime import timedelta
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 
 from scheduler.errors import JobDefinitionError
 from scheduler.policy import Catchup, Isolation, Overlap
-from scheduler.registry import job
+from scheduler.registry import _parameter_counts, job
 
 
 def _declare(**options: Any) -> None:
@@ -52,6 +54,51 @@ def test_each_bad_option_names_the_job_and_the_field(
 def test_a_function_must_take_nothing_or_the_context() -> None:
     with pytest.raises(JobDefinitionError, match="function"):
         job("0 * * * *", name="two")(lambda a, b: None)
+
+
+def _positional_only(context: object, /) -> object:
+    return context
+
+
+async def _asynchronous(context: object = None) -> object:
+    return context
+
+
+@functools.wraps(_positional_only)
+def _wrapper(*args: Any, **kwargs: Any) -> object:
+    return _positional_only(*args, **kwargs)
+
+
+class _CallableObject:
+    def __call__(self, context: object, extra: int = 1) -> object:
+        return context
+
+
+@pytest.mark.parametrize(
+    "func",
+    [
+        lambda: None,
+        lambda ctx: ctx,
+        lambda ctx=None: ctx,
+        lambda a, b: None,
+        lambda a, b=1: None,
+        lambda *args: None,
+        lambda **kwargs: None,
+        lambda a, *args, b, **kwargs: None,
+        lambda *, ctx: ctx,
+        _positional_only,
+        _asynchronous,
+        _wrapper,
+        _CallableObject(),
+        functools.partial(lambda a, b: None, 1),
+    ],
+)
+def test_parameters_are_counted_as_inspect_counts_them(func: Any) -> None:
+    """The code-object reading of a plain function agrees with `inspect.signature`."""
+    parameters = inspect.signature(func).parameters.values()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.default is p.empty and p.kind in positional]
+    assert _parameter_counts(func) == (len(required), len(parameters))
 
 
 def test_defaults_follow_the_design() -> None:
