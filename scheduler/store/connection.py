@@ -218,6 +218,9 @@ class Connection:
             return
         for listener in self._listeners:
             listener(sql)
+        if not self.is_postgres:  # one clock reading for all the rows
+            now = {"now": sqlite_instant(datetime.now(UTC))}
+            rows = [{**now, **row} for row in rows]
         cursor = self.raw.cursor()
         try:
             cursor.executemany(self._paramstyle(sql), [self._encode(row) for row in rows])
@@ -308,7 +311,8 @@ def _for_sqlite(parameters: Mapping[str, Any] | None) -> Mapping[str, Any]:
         name: sqlite_instant(value) if isinstance(value, datetime) else value
         for name, value in (parameters or {}).items()
     }
-    encoded.setdefault("now", sqlite_instant(datetime.now(UTC)))
+    if "now" not in encoded:
+        encoded["now"] = sqlite_instant(datetime.now(UTC))
     return encoded
 
 
