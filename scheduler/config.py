@@ -4,13 +4,14 @@ checked setting, with an error that names the option."""
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from scheduler.durations import parse_duration
 from scheduler.errors import UserError
-from scheduler.model import NodeIdentity
+
+if TYPE_CHECKING:
+    from scheduler.model import NodeIdentity
 
 # The name on the package index: `scheduler` there is another project. The import name
 # and the command stay `scheduler`.
@@ -68,6 +69,13 @@ def parse_instant(option: str, raw: str) -> datetime:
 
 def node_identity(name: str | None) -> NodeIdentity:
     """A node id unique even when two containers share a hostname and pid 1."""
+    # Here, not with the module: `--help` and `plan` read this module's defaults and
+    # should not pay for the model's records (a third of `--help`'s time).
+    import secrets  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    from scheduler.model import NodeIdentity  # noqa: PLC0415
+
     host, pid = socket.gethostname(), os.getpid()
     node_name = name or f"{host}-{pid}"
     return NodeIdentity(

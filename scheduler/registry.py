@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from inspect import CO_VARARGS, CO_VARKEYWORDS
+from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
 
