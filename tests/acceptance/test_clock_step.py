@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler.states import RunStatus
+from scheduler.states import Reason, RunStatus
 from tests.acceptance.processes import start_node
 from tests.acceptance.records import missing_seconds, run_rows
 
@@ -77,6 +77,13 @@ def test_a_clock_stepped_an_hour_ahead_claims_nothing_early(
     rows = [row for row in run_rows(postgres_url, "every-second") if row["period"] > stepped_at]
     assert len(rows) >= 4, "the every-second job stopped after the step"
     assert missing_seconds([row["period"] for row in rows]) == []
-    assert {row["status"] for row in rows} == {RunStatus.SUCCEEDED}
+    # Under libfaketime on a loaded machine a run can outlast its second, and the next
+    # period is then skipped for overlap (the job's default): recorded, on time, by rule.
+    # Any other outcome (failed, missed, a skip for another reason) is a fault.
+    outcomes = [
+        (row["status"], row["reason"]) for row in rows if row["status"] != RunStatus.SUCCEEDED
+    ]
+    assert all(outcome == (RunStatus.SKIPPED, Reason.OVERLAP) for outcome in outcomes), outcomes
+    assert sum(row["status"] == RunStatus.SUCCEEDED for row in rows) >= 4
     skew = next(event for event in node.events() if event.get("event") == "clock_skew")
     assert 3590 <= abs(float(skew["offset_s"])) <= 3610
