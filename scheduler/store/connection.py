@@ -218,12 +218,14 @@ class Connection:
             return
         for listener in self._listeners:
             listener(sql)
-        if not self.is_postgres:  # one clock reading for all the rows
-            now = {"now": sqlite_instant(datetime.now(UTC))}
-            rows = [{**now, **row} for row in rows]
+        if self.is_postgres:
+            encoded = [_checked(row) for row in rows]
+        else:  # one clock reading for all the rows
+            now = sqlite_instant(datetime.now(UTC))
+            encoded = [_for_sqlite(row, now) for row in rows]
         cursor = self.raw.cursor()
         try:
-            cursor.executemany(self._paramstyle(sql), [self._encode(row) for row in rows])
+            cursor.executemany(self._paramstyle(sql), encoded)
         finally:
             cursor.close()
 
@@ -304,15 +306,15 @@ def _array_element(value: Any) -> str:
     raise TypeError(f"no array form for {type(value).__name__} {value!r}")
 
 
-def _for_sqlite(parameters: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _for_sqlite(parameters: Mapping[str, Any] | None, now: str | None = None) -> Mapping[str, Any]:
     """Instants as SQLite's text, and `:now`, this host's clock (SQLite has none of its
-    own), for every statement that names it."""
+    own), for every statement that names it; `now` when the caller read it already."""
     encoded = {
         name: sqlite_instant(value) if isinstance(value, datetime) else value
         for name, value in (parameters or {}).items()
     }
     if "now" not in encoded:
-        encoded["now"] = sqlite_instant(datetime.now(UTC))
+        encoded["now"] = now or sqlite_instant(datetime.now(UTC))
     return encoded
 
 
