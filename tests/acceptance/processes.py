@@ -67,13 +67,14 @@ class Node:
         return parsed
 
     def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30, count: int = 1
     ) -> dict[str, Any]:
+        """The `count`-th event that matches, once the node has logged it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for event in self.events():
-                if predicate(event):
-                    return event
+            matching = [event for event in self.events() if predicate(event)]
+            if len(matching) >= count:
+                return matching[count - 1]
             if self.process.poll() is not None:
                 break
             time.sleep(0.05)
@@ -85,9 +86,18 @@ class Node:
         self.process.send_signal(signum)
 
     def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, then its exit status; a node that does not leave in time is killed,
+        and the failure shows how far its shutdown got."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"{self.name} still running {timeout}s after SIGTERM; log:\n"
+                f"{self.log_path.read_text()[-4000:]}"
+            ) from None
 
     def kill(self) -> None:
         if self.process.poll() is None:
