@@ -49,7 +49,7 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: Any = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer(serializer=_JsonLine().encode)
         if use_json
         else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
@@ -99,6 +99,23 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         cache_logger_on_first_use=True,
     )
+
+
+class _JsonLine:
+    """The standard library's JSON with its encoder made once: `json.dumps`, given
+    structlog's `default`, builds a new encoder for every line (a tenth of a line's
+    cost). The same options, so the same text byte for byte."""
+
+    def __init__(self) -> None:
+        self._encoder: Any = None
+
+    def encode(self, event: Any, **options: Any) -> str:
+        encoder = self._encoder
+        if encoder is None:  # JSONRenderer's options are the same on every call
+            import json  # noqa: PLC0415 - see configure
+
+            encoder = self._encoder = json.JSONEncoder(**options)
+        return str(encoder.encode(event))
 
 
 class _Lines:

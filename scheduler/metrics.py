@@ -34,6 +34,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler import check
 from scheduler.config import DISTRIBUTION
+from scheduler.counters import LabelledCounter
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
 from scheduler.states import ACTIVE_STATUSES, Delivery, Origin, RunStatus
@@ -51,12 +52,12 @@ ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
 GCCollector(registry=REGISTRY)
 
-RUNS = Counter(
+RUNS = LabelledCounter(
     "scheduler_runs",
     "Attempts this node brought to an outcome, by job and status "
     "(succeeded, failed, timed_out, abandoned; skipped when it recorded an overlap skip).",
     ["job", "status"],
-    registry=REGISTRY,
+    REGISTRY,
 )
 RUN_DURATION = JobHistogram(
     "scheduler_run_duration_seconds",
@@ -153,7 +154,7 @@ def record_claims(attempted: int, won: Sequence[Claimed], skipped: Sequence[Clai
         if claim.origin == Origin.CATCHUP:
             CATCHUP_CLAIMS.labels(claim.job).inc()
     for claim in skipped:
-        RUNS.labels(claim.job, RunStatus.SKIPPED.value).inc()
+        RUNS.inc(claim.job, RunStatus.SKIPPED.value)
 
 
 def record_start(job: str, period: datetime) -> None:
@@ -162,7 +163,7 @@ def record_start(job: str, period: datetime) -> None:
 
 def record_finish(job: str, status: str, duration_ms: int | None) -> None:
     """An attempt's outcome, once the database accepted it."""
-    RUNS.labels(job, str(status)).inc()
+    RUNS.inc(job, str(status))
     if duration_ms is not None:
         RUN_DURATION.observe(job, duration_ms / 1000)
 
