@@ -38,8 +38,8 @@ def call(job: Job, context: RunContext) -> Outcome:
 
 
 def _call_bound(job: Job, context: RunContext) -> Outcome:
-    bind_contextvars(**run_fields(context))
     try:
+        bind_contextvars(**run_fields(context))
         job.func(*arguments(job, context))
     except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
         return failed(error)
