@@ -7,7 +7,7 @@ an O_APPEND log, as the nodes' bodies write theirs. APScheduler 3 skips a run mo
 `misfire_grace_time` late (1 s by default); the baseline lets every run through, so
 that it measures the same work as the nodes, and counts what it did not run.
 
-    .venv/bin/python -m bench.apscheduler_burst --jobs 10000 --due EPOCH --log FILE [--workers 16]
+    .venv/bin/python -m bench.apscheduler_burst --jobs 10000 --due EPOCH --log FILE [--workers 32]
         [--log-lines FILE]
 
 With `--log-lines`, APScheduler's own INFO lines ("Running job", "executed
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--due", type=float, required=True, help="the instant, epoch seconds")
     parser.add_argument("--log", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=32)  # a node's default
     parser.add_argument("--log-lines", type=Path, help="APScheduler's INFO lines go here")
     options = parser.parse_args()
     began = time.monotonic()

@@ -7,7 +7,7 @@ CPU this process spent per run (user and system), the CPU of the whole machine p
 and the context switches per run. Run it under a profiler to see where a run's time
 goes, e.g. `py-spy record --gil -- .venv/bin/python -m bench.run_path`.
 
-    .venv/bin/python -m bench.run_path [--runs 10000] [--workers 16] [--log-level warning]
+    .venv/bin/python -m bench.run_path [--runs 10000] [--workers 32] [--log-level warning]
 
 `--log-level warning` leaves out a run's info lines, run_started and run_succeeded
 (this script claims without the daemon, so there is no run_claimed): what the two
@@ -29,6 +29,7 @@ import structlog
 
 from bench import harness
 from scheduler import logs
+from scheduler.config import DEFAULT_WORKERS
 from scheduler.model import ClaimResult, Due
 from scheduler.node.daemon import tune_garbage_collection
 from scheduler.registry import Job, job
@@ -41,7 +42,7 @@ from scheduler.store.database import open_database
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--log-level", choices=logs.LOG_LEVELS, default="info")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:

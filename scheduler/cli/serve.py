@@ -29,7 +29,7 @@ from scheduler.config import (
 )
 from scheduler.errors import SchemaOutdatedError, UserError
 from scheduler.node import registration
-from scheduler.node.daemon import SIDE_CONNECTIONS, Daemon, DaemonSettings
+from scheduler.node.daemon import Daemon, DaemonSettings, pool_size
 from scheduler.node.liveness import Mode as LivenessMode
 from scheduler.node.pruner import parse_retention
 from scheduler.store import migrate as migrations
@@ -156,7 +156,7 @@ def run(
         log_format,
         log_level,
         migrate_first=migrate_first,
-        connections=workers + SIDE_CONNECTIONS,
+        connections=pool_size(workers),
         application_name=f"scheduler {node.name}",
     )
     registration.register(database, jobs)

@@ -41,7 +41,7 @@ from scheduler.node.wakeups import Wakeups
 from scheduler.node.watch import Watch
 from scheduler.policy import Policy
 from scheduler.registry import Job
-from scheduler.run.dispatcher import Dispatcher
+from scheduler.run.dispatcher import JOB_CONNECTIONS, Dispatcher
 from scheduler.run.observers import RunObserver
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
@@ -64,8 +64,8 @@ LATE_LIMIT = timedelta(minutes=5)
 # so collecting every 700 allocations was a large share of a run's CPU (bench/run_path
 # measures it; see BENCHMARKS.md).
 GC_YOUNG_THRESHOLD = 20_000
-# Connections a node needs beside one per worker: heartbeat, recovery, catch-up, the
-# loop's claims, starter, outcome writer, pruner, HTTP probes and metrics.
+# Connections a node needs beside its jobs' (`JOB_CONNECTIONS`): heartbeat, recovery,
+# catch-up, the loop's claims, starter, outcome writer, pruner, HTTP probes and metrics.
 SIDE_CONNECTIONS = 10
 # A database call of the heartbeat or the run path may take at most half the shortest
 # lease (and never less than this, nor more than the cap): it cannot block past a lease.
@@ -86,6 +86,13 @@ class DaemonSettings:
     liveness: LivenessMode = LivenessMode.AUTO
     # How often the node says how many periods ran elsewhere (None: never).
     summary_interval: timedelta | None = DEFAULT_SUMMARY_INTERVAL
+
+
+def pool_size(workers: int) -> int:
+    """How many connections a node with `workers` may open at once: its jobs' share and
+    its own threads'. A worker's own writes (a run started or given back outside a
+    batch) are short and take whichever is free."""
+    return min(workers, JOB_CONNECTIONS) + SIDE_CONNECTIONS
 
 
 def call_timeout(jobs: Iterable[Job]) -> float:

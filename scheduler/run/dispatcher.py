@@ -58,6 +58,10 @@ OUTCOME_FLUSH_S = 15.0
 # Runs ended here in the last while: a renewal that read them just before they ended
 # must not take them for strays.
 RECENT_S = 60.0
+# Connections a node's jobs hold at once for their items and checkpoints, however many
+# workers it has: a worker waits for one beyond that. Three nodes of 16 plus their own
+# threads stay under PostgreSQL's default of 100 connections.
+JOB_CONNECTIONS = 16
 T = TypeVar("T")
 
 
@@ -73,6 +77,8 @@ class Dispatcher:
         observers: Sequence[RunObserver] = (),
     ) -> None:
         self._database = database
+        # What jobs write (items, checkpoints) goes through its own share of the pool.
+        self._jobs_database = database.shared(min(workers, JOB_CONNECTIONS))
         self._observers = list(observers)
         self._jobs = jobs
         self._node_id = node_id
@@ -106,7 +112,7 @@ class Dispatcher:
         log = self._log.bind(
             job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
         )
-        context = run_context(claim, node=self._node_id, database=self._database, log=log)
+        context = run_context(claim, node=self._node_id, database=self._jobs_database, log=log)
         in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, in_turn)
         if self._stopping.is_set():
@@ -154,7 +160,7 @@ class Dispatcher:
         log = self._log.bind(
             job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
         )
-        context = run_context(claim, node=self._node_id, database=self._database, log=log)
+        context = run_context(claim, node=self._node_id, database=self._jobs_database, log=log)
         in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, in_turn)
         with self._lock:

@@ -24,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ from scheduler.model import ClockReading, lock_key
 from scheduler.store.connection import Connection, Result
 from scheduler.store.deadlines import WATCH
 from scheduler.store.faults import StoreError, driver_errors, translate
-from scheduler.store.pool import Pool
+from scheduler.store.pool import Pool, Share
 from scheduler.store.urls import DatabaseURL, parse_database_url
 
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -140,10 +140,17 @@ class Database:
     listeners: list[Callable[[str], None]] = field(default_factory=list, repr=False)
     # Shared by every handle on this pool (`bounded`): see `prepare_statements`.
     server_sessions: _ServerSessions = field(default_factory=_ServerSessions, repr=False)
+    # Every connection this handle borrows takes a place in it first (`shared`).
+    share: Share | None = field(default=None, repr=False)
 
     def bounded(self, seconds: float | None) -> Database:
         """The same database (and pool), with another deadline for each call."""
-        return Database(self.url, self.pool, seconds, self.listeners, self.server_sessions)
+        return replace(self, call_timeout=seconds)
+
+    def shared(self, most: int) -> Database:
+        """The same database, of whose pool this handle (and those made from it) holds
+        at most `most` connections at once: the rest stay for the pool's other users."""
+        return replace(self, share=Share(most))
 
     def prepare_statements(self) -> None:
         """PostgreSQL, on connections that are the node's own sessions (no transaction
@@ -346,6 +353,19 @@ class Database:
     def _borrowed(self) -> Iterator[Connection]:
         """A connection of the pool for the block, under the call's deadline; a driver's
         error becomes the store's, and the connection it broke is not lent again."""
+        if self.share is None:
+            with self._borrowed_from_pool() as connection:
+                yield connection
+            return
+        self.share.enter()
+        try:
+            with self._borrowed_from_pool() as connection:
+                yield connection
+        finally:
+            self.share.leave()
+
+    @contextmanager
+    def _borrowed_from_pool(self) -> Iterator[Connection]:
         errors = driver_errors()
         try:
             raw = self.pool.borrow()

@@ -8,6 +8,10 @@ replaced, so that a server-side idle limit or a pooler never hands back a stale 
 
 psycopg_pool would serve PostgreSQL alone (and keeps worker threads of its own); this
 is the one pool both drivers share, kept as small as what it promises.
+
+A `Share` caps how many of a pool's connections one kind of borrower holds at once: a
+node's jobs (items, checkpoints) borrow through one, so that however many workers write
+at once the node's own threads (claims, starts, outcomes, heartbeats) find the rest.
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ RECYCLE_S = 1800.0
 class _Opened:
     at: float
     generation: int
+
+
+class Share:
+    """At most `most` connections lent at once to the borrowers that go through it."""
+
+    def __init__(self, most: int) -> None:
+        self.most = max(most, 1)
+        self._free = threading.Semaphore(self.most)
+
+    def enter(self) -> None:
+        """Wait for a place (as `Pool.borrow` waits for a connection)."""
+        if not self._free.acquire(timeout=CHECKOUT_TIMEOUT_S):
+            raise StoreUnavailableError(
+                f"no database connection free after {CHECKOUT_TIMEOUT_S:g} s "
+                f"({self.most} in use by jobs)"
+            )
+
+    def leave(self) -> None:
+        self._free.release()
 
 
 class Pool(Generic[Raw]):
