@@ -56,7 +56,8 @@ def test_a_share_lends_at_most_its_places_and_leaves_the_rest_of_the_pool(
     try:
         for thread in threads:
             thread.start()
-        assert inside.acquire(timeout=5) and inside.acquire(timeout=5)
+        assert inside.acquire(timeout=5)
+        assert inside.acquire(timeout=5)
         assert not inside.acquire(timeout=0.5), "a third borrower got past a share of two"
         with database.autocommit() as connection:  # the pool's third connection is free
             assert connection.execute("SELECT 1").scalar() == 1
@@ -77,10 +78,12 @@ def test_a_share_that_stays_full_fails_the_borrower_as_a_dry_pool_does(
     database = open_database(database_url, connections=3)
     share = database.shared(1)
     try:
-        with share.autocommit():
-            with pytest.raises(pool.StoreUnavailableError, match="1 in use by jobs"):
-                with share.autocommit():
-                    pass
+        with (
+            share.autocommit(),
+            pytest.raises(pool.StoreUnavailableError, match="1 in use by jobs"),
+            share.autocommit(),
+        ):
+            pass
         with share.autocommit() as connection:  # its place was given back
             assert connection.execute("SELECT 1").scalar() == 1
     finally:
@@ -150,9 +153,7 @@ def test_jobs_stuck_in_their_item_writes_hold_only_their_share_and_runs_still_en
         locker.rollback()
         for future in done:
             future.result(timeout=10)
-        wait_until(
-            lambda: all(_status(database, claim.id) == RunStatus.SUCCEEDED for claim in won)
-        )
+        wait_until(lambda: all(_status(database, claim.id) == RunStatus.SUCCEEDED for claim in won))
     finally:
         locker.close()
         dispatcher.drain(1)
