@@ -22,6 +22,7 @@ from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
 from scheduler.store import claims, pool, queries
 from scheduler.store.database import Database, open_database
+from scheduler.store.faults import StoreUnavailableError
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -80,7 +81,7 @@ def test_a_share_that_stays_full_fails_the_borrower_as_a_dry_pool_does(
     try:
         with (
             share.autocommit(),
-            pytest.raises(pool.StoreUnavailableError, match="1 in use by jobs"),
+            pytest.raises(StoreUnavailableError, match="1 in use by jobs"),
             share.autocommit(),
         ):
             pass
@@ -107,7 +108,7 @@ def _waiting_item_writes(url: str) -> int:
     return int(row[0])
 
 
-def _status(database: Database, run_id: str) -> RunStatus | None:
+def _status(database: Database, run_id: str) -> str | None:
     row = queries.run_by_id(database, run_id)
     return None if row is None else row.status
 
