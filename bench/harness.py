@@ -372,6 +372,13 @@ def start_node(
 
 @contextmanager
 def workspace(scenario: str) -> Iterator[Path]:
+    """A run's folder (job modules, node logs). `BENCH_KEEP=DIR` keeps each under DIR,
+    so that the logs of a run that stands out can be read afterwards."""
+    keep = os.environ.get("BENCH_KEEP")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix=f"bench-{scenario}-", dir=keep))
+        return
     with tempfile.TemporaryDirectory(prefix=f"bench-{scenario}-") as folder:
         yield Path(folder)
 
