@@ -78,7 +78,7 @@ class Dispatcher:
     ) -> None:
         self._database = database
         # What jobs write (items, checkpoints) goes through its own share of the pool.
-        self._jobs_database = database.shared(min(workers, JOB_CONNECTIONS))
+        self._jobs_database = database.shared(min(workers, JOB_CONNECTIONS), holders="jobs")
         self._observers = list(observers)
         self._jobs = jobs
         self._node_id = node_id

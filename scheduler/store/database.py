@@ -147,10 +147,11 @@ class Database:
         """The same database (and pool), with another deadline for each call."""
         return replace(self, call_timeout=seconds)
 
-    def shared(self, most: int) -> Database:
+    def shared(self, most: int, holders: str) -> Database:
         """The same database, of whose pool this handle (and those made from it) holds
-        at most `most` connections at once: the rest stay for the pool's other users."""
-        return replace(self, share=Share(most))
+        at most `most` connections at once: the rest stay for the pool's other users.
+        `holders` names who borrows through it, in the error of a share that stays full."""
+        return replace(self, share=Share(most, holders))
 
     def prepare_statements(self) -> None:
         """PostgreSQL, on connections that are the node's own sessions (no transaction
@@ -366,6 +367,7 @@ class Database:
 
     @contextmanager
     def _borrowed_from_pool(self) -> Iterator[Connection]:
+        """`_borrowed` once this handle's share (if any) has given it a place."""
         errors = driver_errors()
         try:
             raw = self.pool.borrow()

@@ -39,8 +39,9 @@ class _Opened:
 class Share:
     """At most `most` connections lent at once to the borrowers that go through it."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, holders: str) -> None:
         self.most = max(most, 1)
+        self._holders = holders  # who they are, for the error
         self._free = threading.Semaphore(self.most)
 
     def enter(self) -> None:
@@ -48,7 +49,7 @@ class Share:
         if not self._free.acquire(timeout=CHECKOUT_TIMEOUT_S):
             raise StoreUnavailableError(
                 f"no database connection free after {CHECKOUT_TIMEOUT_S:g} s "
-                f"({self.most} in use by jobs)"
+                f"({self.most} in use by {self._holders})"
             )
 
     def leave(self) -> None:

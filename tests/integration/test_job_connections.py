@@ -33,7 +33,7 @@ def test_a_share_lends_at_most_its_places_and_leaves_the_rest_of_the_pool(
     database_url: str,
 ) -> None:
     database = open_database(database_url, connections=3)
-    share = database.shared(2)
+    share = database.shared(2, holders="jobs")
     inside = threading.Semaphore(0)
     leave = threading.Event()
     most_inside = 0
@@ -77,7 +77,7 @@ def test_a_share_that_stays_full_fails_the_borrower_as_a_dry_pool_does(
 ) -> None:
     monkeypatch.setattr(pool, "CHECKOUT_TIMEOUT_S", 0.3)
     database = open_database(database_url, connections=3)
-    share = database.shared(1)
+    share = database.shared(1, holders="jobs")
     try:
         with (
             share.autocommit(),
