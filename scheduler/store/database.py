@@ -353,38 +353,32 @@ class Database:
     @contextmanager
     def _borrowed(self) -> Iterator[Connection]:
         """A connection of the pool for the block, under the call's deadline; a driver's
-        error becomes the store's, and the connection it broke is not lent again."""
-        if self.share is None:
-            with self._borrowed_from_pool() as connection:
-                yield connection
-            return
-        self.share.enter()
-        try:
-            with self._borrowed_from_pool() as connection:
-                yield connection
-        finally:
-            self.share.leave()
-
-    @contextmanager
-    def _borrowed_from_pool(self) -> Iterator[Connection]:
-        """`_borrowed` once this handle's share (if any) has given it a place."""
+        error becomes the store's, and the connection it broke is not lent again. A
+        handle with a share waits for a place in it first."""
+        share = self.share
+        if share is not None:
+            share.enter()
         errors = driver_errors()
         try:
-            raw = self.pool.borrow()
-        except errors as error:
-            raise translate(error, connection_lost=True) from error
-        if self.is_postgres:
-            threshold = PREPARE_THRESHOLD if self.server_sessions.prepared else None
-            if raw.prepare_threshold != threshold:
-                raw.prepare_threshold = threshold
-        connection = Connection(raw, self.url.backend, self.listeners)
-        try:
-            with self._watched(raw):
-                yield connection
-        except errors as error:
-            raise translate(error, connection_lost=_lost(connection)) from error
+            try:
+                raw = self.pool.borrow()
+            except errors as error:
+                raise translate(error, connection_lost=True) from error
+            if self.is_postgres:
+                threshold = PREPARE_THRESHOLD if self.server_sessions.prepared else None
+                if raw.prepare_threshold != threshold:
+                    raw.prepare_threshold = threshold
+            connection = Connection(raw, self.url.backend, self.listeners)
+            try:
+                with self._watched(raw):
+                    yield connection
+            except errors as error:
+                raise translate(error, connection_lost=_lost(connection)) from error
+            finally:
+                self.pool.give_back(raw, broken=_unusable(connection), lost=_lost(connection))
         finally:
-            self.pool.give_back(raw, broken=_unusable(connection), lost=_lost(connection))
+            if share is not None:
+                share.leave()
 
     def _watched(self, raw: Any) -> contextlib.AbstractContextManager[None]:
         if not self.is_postgres:
