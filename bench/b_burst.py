@@ -15,6 +15,11 @@ across runs on a busy machine. That baseline logs nothing; a second one, right a
 logs APScheduler's own INFO lines (two a run) to a file, as a team that logs at INFO
 runs it, since the nodes write their three lines a run too.
 
+The longest stall: a thread of the bench sleeps 5 ms at a time from just before the
+instant until every run finished, and keeps the longest it overslept. A machine that
+froze (every node late alike, as once in the fourteenth part of issue 19) shows here in
+seconds; a busy one in tens of milliseconds.
+
 The floor: (the database server's CPU in this run + the silent baseline's CPU) ÷ the
 cores, the last start of nodes that each spent per run what APScheduler 3 alone spends,
 beside the server's work as measured, with every core busy on nothing else throughout.
@@ -72,11 +77,13 @@ def run_once(smoke: bool) -> Figures:
             if time.time() > due - 1:
                 raise RuntimeError(f"the nodes took more than {lead - 1}s to start; raise LEAD_S")
             harness.sleep_until(due - 0.5)
+            stalls = harness.StallWatch()
             before = harness.total_statements(nodes)
             cpu_before = [node.cpu_seconds() for node in nodes]
             machine_before = harness.machine_busy_seconds()
             server_before = harness.server_busy_seconds()
             finished_at = _wait_finished(url, count, due + 120)
+            longest_stall = stalls.stop()
             busy = finished_at - (due - 0.5)
             nodes_cpu = sum(n.cpu_seconds() - c for n, c in zip(nodes, cpu_before, strict=True))
             machine_cpu = harness.machine_busy_seconds() - machine_before
@@ -102,6 +109,7 @@ def run_once(smoke: bool) -> Figures:
             "last_start": last_start.timestamp() - due,
             "started": started,
             "last_finish": finished_at - due,
+            "longest_stall": longest_stall * 1000,
             "nodes_cpu": nodes_cpu / busy * 100,
             "machine_cpu": machine_cpu / busy * 100,
             "nodes_ms_per_run": nodes_cpu / count * 1000,
@@ -185,6 +193,7 @@ ROWS = [
     Row("ratio_last_start", "last start, ratio to the baseline", ""),
     Row("last_finish", "all runs finished after the instant (±0.2 s)", "s"),
     Row("per_node", "share of the runs won by the busiest node", "%"),
+    Row("longest_stall", "longest stall of a 5 ms ticker in the bench", "ms"),
     Row("nodes_cpu", "CPU of the 3 nodes until all finished", "% core"),
     Row("machine_cpu", "CPU of the whole machine until then (of 200 %)", "% core"),
     Row("nodes_ms_per_run", "CPU of the nodes per run", "ms"),

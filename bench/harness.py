@@ -403,6 +403,33 @@ def sleep_until(instant: float) -> None:
         time.sleep(delay)
 
 
+class StallWatch:
+    """A thread that sleeps TICK_S at a time and keeps the longest it overslept: on a
+    machine where every process froze at once (a VM paused by its host), every node
+    is late alike, and this says by how much; on a busy one, a few tens of ms."""
+
+    TICK_S = 0.005
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="stall-watch", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.TICK_S):
+            now = time.monotonic()
+            self.longest = max(self.longest, now - last - self.TICK_S)
+            last = now
+
+    def stop(self) -> float:
+        """Stop watching; the longest stall seen, in seconds."""
+        self._stop.set()
+        self._thread.join()
+        return self.longest
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every core of the machine has spent busy since boot (/proc/stat):
     the nodes, PostgreSQL and anything else running (the machine is shared)."""
