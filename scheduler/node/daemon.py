@@ -294,22 +294,27 @@ class Daemon:
         # Periods of this node's share, and any a database fault kept for another try.
         pending: list[Due] = []
         # Periods of the peers' shares: (when to look at them, the periods).
-        handed: deque[tuple[float, list[Due]]] = deque()
+        handed: deque[tuple[float, list[tuple[Job, datetime]]]] = deque()
         while not self._stop.is_set():
             now = self._clock.now()
-            theirs: list[Due] = []
+            theirs: list[tuple[Job, datetime]] = []
+            mine = self.peers.mine
             for job, period in upcoming.pop_due(now):
-                item = job.due(period)
-                (pending if self.peers.mine(job.name) else theirs).append(item)
+                # What a claim needs is made for this node's share now, for the others'
+                # once they are looked at (most often never: their owners claim them).
+                if mine(job.name):
+                    pending.append(job.due(period))
+                else:
+                    theirs.append((job, period))
             if theirs:
                 handed.append((time.monotonic() + HANDOFF_S, theirs))
-            looked: list[Due] = []
+            looked: list[tuple[Job, datetime]] = []
             # After a failed claim the peers are likely stuck too: their shares are
             # looked at now, so that the backlog is claimed in one batch once the
             # database answers (periods claimed together do not skip each other).
             while handed and (self._retrying or handed[0][0] <= time.monotonic()):
                 looked += handed.popleft()[1]
-            batch = pending + self._left_over(looked)
+            batch = pending + self._left_over([job.due(period) for job, period in looked])
             pending = self._claim(batch, now, retried=self._retrying)
             self._retrying = bool(pending)
             waits = [CLAIM_RETRY_S] if pending else []
@@ -328,8 +333,7 @@ class Daemon:
         if not theirs:
             return []
         if self._wakeups.listening:  # what a peer's claim said it claimed needs no read
-            heard = self._wakeups.claims
-            unheard = [item for item in theirs if not heard.heard(item.job, item.period)]
+            unheard = self._wakeups.claims.unheard(theirs)
             self._summary.elsewhere += len(theirs) - len(unheard)
             theirs = unheard
             if not theirs:

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
+from scheduler.model import Due
 from scheduler.store.beat import Beat
 from scheduler.store.nodes import Watched
 from scheduler.store.wakeups import Wake, claimed_token, parse
@@ -84,6 +85,15 @@ class ClaimsHeard:
     def heard(self, job: str, period: datetime) -> bool:
         with self._lock:
             return claimed_token(job, period) in self._heard
+
+    def unheard(self, items: list[Due]) -> list[Due]:
+        """Of these periods, those no notification told of (all of them, at no cost,
+        when none was heard lately: a burst's claims are too big to be told of)."""
+        with self._lock:
+            heard = self._heard
+            if not heard:
+                return items
+            return [item for item in items if claimed_token(item.job, item.period) not in heard]
 
 
 class Wakeups:

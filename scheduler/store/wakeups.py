@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from itertools import islice
 
 from scheduler.model import lock_key
 from scheduler.store.database import Connection, Database
@@ -96,8 +97,10 @@ def notify_claimed(
     database: Database, connection: Connection, won: Iterable[tuple[str, datetime]]
 ) -> None:
     """Tell the peers which periods this transaction claims (at its commit)."""
-    tokens = [claimed_token(job, period) for job, period in won]
-    if not database.notifies or not tokens or len(tokens) > CLAIMED_AT_MOST:
+    if not database.notifies:
+        return
+    tokens = [claimed_token(job, period) for job, period in islice(won, CLAIMED_AT_MOST + 1)]
+    if not tokens or len(tokens) > CLAIMED_AT_MOST:
         return
     connection.execute(
         "SELECT pg_notify(:channel, :payload)",

@@ -70,6 +70,9 @@ def test_a_claim_tells_the_peers_which_periods_it_claimed(postgres_url: str) -> 
             assert heard.heard("job-b", PERIOD)
             assert not heard.heard("job-a", PERIOD + timedelta(seconds=1))
             assert not heard.heard("job-c", PERIOD)
+            looked = [Due(name, PERIOD, 30) for name in ("job-a", "job-c", "job-b")]
+            assert heard.unheard(looked) == [looked[1]]
+            assert ClaimsHeard().unheard(looked) == looked  # nothing heard: all are read
 
             many = [Due(f"bulk-{n}", PERIOD, 30) for n in range(CLAIMED_AT_MOST + 1)]
             assert len(claims.claim(database, many, "n-a").won) == len(many)
