@@ -67,7 +67,7 @@ def process_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting to be reaped."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return False
     return state not in ("Z", "X")
 
