@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import config, metrics
+from scheduler import config, logs, metrics
 from scheduler.durations import parse_duration
 from scheduler.model import ClaimResult, Due, NodeIdentity
 from scheduler.node import liveness
@@ -425,22 +425,23 @@ class Daemon:
     def _dispatch(self, result: ClaimResult, slots: int = 0) -> int:
         """One committed chunk of a claim: log it and start its runs. Runs that the
         claim started go to the `slots` workers set aside for them; how many were used."""
-        for claim in result.won:
-            self._log.info(
-                "run_claimed",
-                job=claim.job,
-                period=claim.period.isoformat(),
-                run_id=claim.id,
-                attempt=claim.attempt,
-            )
-        for claim in result.skipped:
-            self._log.info(
-                "run_skipped",
-                job=claim.job,
-                period=claim.period.isoformat(),
-                run_id=claim.id,
-                reason=result.reasons[claim.id].value,
-            )
+        with logs.together():
+            for claim in result.won:
+                self._log.info(
+                    "run_claimed",
+                    job=claim.job,
+                    period=claim.period.isoformat(),
+                    run_id=claim.id,
+                    attempt=claim.attempt,
+                )
+            for claim in result.skipped:
+                self._log.info(
+                    "run_skipped",
+                    job=claim.job,
+                    period=claim.period.isoformat(),
+                    run_id=claim.id,
+                    reason=result.reasons[claim.id].value,
+                )
         used = 0
         for claim in result.won:
             if claim.id in result.started and used < slots:

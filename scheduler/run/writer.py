@@ -23,6 +23,7 @@ from functools import partial
 
 from structlog.typing import FilteringBoundLogger
 
+from scheduler import logs
 from scheduler.model import Claim, Finish, QueueRequest, Started, StartRequest
 from scheduler.run.groupcommit import MAX_BATCH, GroupCommit
 from scheduler.store import handoff, writes
@@ -160,8 +161,10 @@ class RunWriter(Worker):
                 )
                 backoff.sleep()
                 continue
-            for (_, then), written in zip(batch, applied, strict=True):
-                self._call(then, Settled.WRITTEN if written else Settled.REFUSED)
+            # Each callback logs how its run ended: one write for the batch's lines.
+            with logs.together():
+                for (_, then), written in zip(batch, applied, strict=True):
+                    self._call(then, Settled.WRITTEN if written else Settled.REFUSED)
             return
 
     def _call(self, then: Then, settled: Settled) -> None:

@@ -1,13 +1,18 @@
 """A JSON log line is the text the standard library's `json.dumps` gives, whatever it
-holds: the encoder made once writes what a new one per line wrote."""
+holds: the encoder made once writes what a new one per line wrote. Lines logged inside
+`logs.together()` go out at the block's end, in order, in one write."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
 
 import pytest
 import structlog
@@ -15,18 +20,37 @@ import structlog
 from scheduler import logs
 
 
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
+@contextmanager
+def configured(out: TextIO) -> Iterator[None]:
     saved, handlers = structlog.get_config(), logging.getLogger().handlers[:]
-    level = logging.getLogger().level
-    out = io.StringIO()
+    level, lines = logging.getLogger().level, logs._lines
     logs.configure(logs.LogFormat.JSON, "info", out)
     try:
-        yield out
+        yield
     finally:
         structlog.configure(**saved)
         logging.getLogger().handlers[:] = handlers
         logging.getLogger().setLevel(level)
+        logs._lines = lines
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    with configured(out):
+        yield out
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Iterator[Path]:
+    """Lines go to a real file, read back from the disk as another process would."""
+    path = tmp_path / "node.log"
+    with path.open("w") as out, configured(out):
+        yield path
+
+
+def events(path: Path) -> list[str]:
+    return [json.loads(line)["event"] for line in path.read_text().splitlines()]
 
 
 def test_lines_are_json_dumps_text(lines: io.StringIO) -> None:
@@ -56,3 +80,44 @@ def test_lines_are_json_dumps_text(lines: io.StringIO) -> None:
     assert '"job": "na\\u00efve job"' in first
     assert event["opaque"] == "<opaque>"
     assert event["nested"] == {"a": [1, 2.5, True]}
+
+
+def test_lines_logged_together_go_out_at_the_end_in_order(log_file: Path) -> None:
+    log = logs.get_logger()
+    log.info("before")
+    with logs.together():
+        for number in range(3):
+            log.info("run_claimed", number=number)
+        with logs.together():  # an inner block leaves them to the outer one
+            log.info("run_skipped")
+        assert events(log_file) == ["before"]
+    claimed = ["run_claimed"] * 3
+    assert events(log_file) == ["before", *claimed, "run_skipped"]
+    numbers = [json.loads(line).get("number") for line in log_file.read_text().splitlines()]
+    assert numbers == [None, 0, 1, 2, None]
+    log.info("after")  # and lines are written one by one again
+    assert events(log_file)[-1] == "after"
+
+
+def test_a_block_that_raises_still_writes_its_lines(log_file: Path) -> None:
+    log = logs.get_logger()
+
+    def settle() -> None:
+        with logs.together():
+            log.info("run_succeeded")
+            raise RuntimeError("settling failed")
+
+    with pytest.raises(RuntimeError, match="settling failed"):
+        settle()
+    assert events(log_file) == ["run_succeeded"]
+
+
+def test_another_threads_lines_are_not_held(log_file: Path) -> None:
+    log = logs.get_logger()
+    with logs.together():
+        log.info("held")
+        other = threading.Thread(target=lambda: log.info("from_another_thread"))
+        other.start()
+        other.join()
+        assert events(log_file) == ["from_another_thread"]
+    assert events(log_file) == ["from_another_thread", "held"]
