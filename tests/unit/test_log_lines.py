@@ -16,6 +16,8 @@ from typing import TextIO
 
 import pytest
 import structlog
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from scheduler import logs
 
@@ -121,3 +123,41 @@ def test_another_threads_lines_are_not_held(log_file: Path) -> None:
         other.join()
         assert events(log_file) == ["from_another_thread"]
     assert events(log_file) == ["from_another_thread", "held"]
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999_999_999))  # to 9999-12-31
+@example(1_764_892_800_000_000_000)  # a whole second: no fraction
+@example(1_764_892_800_000_000_999)  # under a microsecond past it: none either
+@example(1_764_892_800_999_999_999)  # the last microsecond of it
+def test_the_timestamp_is_structlogs_text(nanoseconds: int) -> None:
+    second, rest = divmod(nanoseconds, 1_000_000_000)
+    moment = datetime.fromtimestamp(second, UTC).replace(microsecond=rest // 1000)
+    stamp = logs._UtcStamp()
+    for _ in range(2):  # the second from the date and time it kept
+        assert stamp.at(nanoseconds) == moment.isoformat().replace("+00:00", "Z")
+
+
+def test_a_plain_line_is_the_whole_chains_line(lines: io.StringIO) -> None:
+    log = logs.get_logger(node="n0").bind(job="nightly", attempt=1)
+    log.info("run_started", origin="schedule")  # the plain steps
+    log.info("run_started", origin="schedule", exc_info=False)  # the whole chain
+    plain, whole = (json.loads(line) for line in lines.getvalue().splitlines())
+    assert (
+        list(plain)
+        == list(whole)
+        == ["node", "job", "attempt", "origin", "event", "level", "timestamp"]
+    )
+    assert {**plain, "timestamp": ""} == {**whole, "timestamp": ""}
+
+
+def test_a_failure_still_goes_through_the_whole_chain(lines: io.StringIO) -> None:
+    def fail() -> None:
+        raise ValueError("boom")
+
+    try:
+        fail()
+    except ValueError:
+        logs.get_logger().exception("dispatch_crashed")
+    event = json.loads(lines.getvalue())
+    assert event["level"] == "error"
+    assert "ValueError: boom" in str(event["exception"])
