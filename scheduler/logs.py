@@ -103,9 +103,9 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
 
 
 class _UtcStamp:
-    """structlog's `TimeStamper(fmt="iso", utc=True)`, the same text (`2026-12-04T23:17:29.
-    123456Z`, no fraction at a whole second) in a third of the time: the date and time
-    to the second are made once a second, the microseconds on every line."""
+    """structlog's `TimeStamper(fmt="iso", utc=True)` in 0.6 µs instead of 1.6, the same
+    text (`2026-12-04T23:17:29.123456Z`, no fraction at a whole second): the date and
+    time to the second are made once a second, the microseconds on every line."""
 
     def __init__(self) -> None:
         self._second: tuple[int, str] = (-1, "")  # one tuple: threads swap it whole
