@@ -357,14 +357,30 @@ class Dispatcher:
         outcome: Outcome,
         watching: observers.Watching,
         settled: Settled,
-    ) -> None:
-        """The writer settled the outcome: say how the run ended, tell the observers,
-        then end it here (a lingering one once its thread ends)."""
+    ) -> Callable[[], None]:
+        """The writer settled the outcome: say how the run ended. What this returns, once
+        the line is out, tells the observers and ends the run here (a lingering one once
+        its thread ends)."""
         if settled is Settled.WRITTEN and written.retry_in is None:
             with self._lock:
                 self._settled.add(active.claim.key)
+        end = partial(self._end, active, written, outcome, watching, settled)
         try:
             outcomes.report(active.context.log, written, outcome, settled)
+        except Exception:
+            end()
+            raise
+        return end
+
+    def _end(
+        self,
+        active: ActiveRun,
+        written: Finish,
+        outcome: Outcome,
+        watching: observers.Watching,
+        settled: Settled,
+    ) -> None:
+        try:
             watching.ended(
                 Ending(
                     outcome.status,

@@ -46,8 +46,9 @@ class Settled(Enum):
     LOST = "lost"  # given up: the node closes and the database stays away, or it is refused
 
 
-# Told, once per outcome, how its write was settled (on the writer thread).
-Then = Callable[[Settled], None]
+# Told, once per outcome, how its write was settled (on the writer thread). What it
+# returns is called once the lines of the writer's whole batch are out (`_tell`).
+Then = Callable[[Settled], Callable[[], None]]
 
 
 def refused_data(error: Exception) -> bool:
@@ -125,8 +126,7 @@ class RunWriter(Worker):
         try:
             self._settle(batch)
         except Exception:
-            for _, then in batch:
-                self._call(then, Settled.LOST)
+            self._tell([(then, Settled.LOST) for _, then in batch])
             raise
         return True
 
@@ -142,7 +142,7 @@ class RunWriter(Worker):
                         self._settle([one])
                     return
                 if refused_data(error) or backoff.exhausted:
-                    for outcome, then in batch:
+                    for outcome, _ in batch:
                         self._log.error(
                             "run_outcome_lost",
                             job=outcome.claim.job,
@@ -151,7 +151,7 @@ class RunWriter(Worker):
                             attempt=outcome.claim.attempt,
                             error=error.message,
                         )
-                        self._call(then, Settled.LOST)
+                    self._tell([(then, Settled.LOST) for _, then in batch])
                     return
                 self._log.warning(
                     "database_unavailable",
@@ -161,14 +161,26 @@ class RunWriter(Worker):
                 )
                 backoff.sleep()
                 continue
-            # Each callback logs how its run ended: one write for the batch's lines.
-            with logs.together():
-                for (_, then), written in zip(batch, applied, strict=True):
-                    self._call(then, Settled.WRITTEN if written else Settled.REFUSED)
+            told = [
+                (then, Settled.WRITTEN if written else Settled.REFUSED)
+                for (_, then), written in zip(batch, applied, strict=True)
+            ]
+            self._tell(told)
             return
 
-    def _call(self, then: Then, settled: Settled) -> None:
-        try:
-            then(settled)
-        except Exception:  # noqa: BLE001 - this thread must outlive a bug in one callback
-            self._log.exception("dispatch_crashed")
+    def _tell(self, told: Sequence[tuple[Then, Settled]]) -> None:
+        """Tell each outcome's owner how its write settled. The lines they log go out in
+        one write, and only then does any of their runs end: ending a run may start its
+        job's next period or wake whoever waits for it, and its line comes first."""
+        ends: list[Callable[[], None]] = []
+        with logs.together():
+            for then, settled in told:
+                try:
+                    ends.append(then(settled))
+                except Exception:  # noqa: BLE001 - this thread must outlive a bug in one
+                    self._log.exception("dispatch_crashed")
+        for end in ends:
+            try:
+                end()
+            except Exception:  # noqa: BLE001 - as above
+                self._log.exception("dispatch_crashed")

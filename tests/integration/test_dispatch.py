@@ -3,21 +3,29 @@ and a renewal that crosses a takeover."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, wait
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import structlog
 
+from scheduler import logs
+from scheduler.alerting.observer import Ending, Watch
 from scheduler.model import Claim, Due, Started, lock_key
-from scheduler.registry import job
+from scheduler.registry import Job, job
 from scheduler.run.context import RunContext
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database, open_database
+from tests.log_capture import configured
 from tests.sql import update
 from tests.waiting import wait_until
 
@@ -239,4 +247,54 @@ def test_a_run_lost_while_it_waits_for_a_worker_is_not_started(database: Databas
         assert (stale.period, stale.started_attempts) == (later, 0)
     finally:
         release.set()
+        dispatcher.drain(1)
+
+
+class _SlowToHear:
+    """A run observer (a Sentry check-in or a span exporter on a slow network) that takes
+    its time to hear how each attempt ended."""
+
+    def started(self, job: Job, claim: Claim, node: str) -> Watch | None:
+        return _SlowWatch()
+
+    def sending(
+        self, job: Job, claim: Claim, node: str, queue: str
+    ) -> contextlib.AbstractContextManager[None] | None:
+        return None
+
+
+class _SlowWatch:
+    fields: Mapping[str, str] = {}
+
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def ended(self, ending: Ending) -> None:
+        time.sleep(0.5)
+
+
+def test_a_run_ends_only_once_its_line_is_out(database: Database, tmp_path: Path) -> None:
+    """The lines of one outcome write go out together, but a run's own line is out before
+    the run ends here: whoever waits for it (`run-once`, a drain at shutdown) or the job's
+    next period may go on, and the line must not come after."""
+    together = threading.Barrier(2)
+
+    def body(ctx: RunContext) -> None:
+        together.wait(10)  # both end at once: their outcomes share one write
+
+    jobs = {name: job(cron="* * * * *", name=name)(body) for name in ("first", "second")}
+    log_path = tmp_path / "node.log"
+    with log_path.open("w") as out, configured(out):
+        dispatcher = Dispatcher(
+            database, jobs, NODE, 4, logs.get_logger(), observers=[_SlowToHear()]
+        )
+        won = claims.claim(database, [Due(name, PERIOD, 30) for name in jobs], NODE).won
+        ends = {dispatcher.submit(claim): claim.job for claim in won}
+        done, _ = wait(ends, timeout=10, return_when=FIRST_COMPLETED)
+        ended = {ends[future] for future in done}
+        lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+        succeeded = {line["job"] for line in lines if line["event"] == "run_succeeded"}
+        assert ended, "no run ended"
+        assert ended <= succeeded, f"{ended} ended before its run_succeeded line was out"
+        wait(ends, timeout=10)
         dispatcher.drain(1)

@@ -6,34 +6,17 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 
 import pytest
-import structlog
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from scheduler import logs
-
-
-@contextmanager
-def configured(out: TextIO) -> Iterator[None]:
-    saved, handlers = structlog.get_config(), logging.getLogger().handlers[:]
-    level, lines = logging.getLogger().level, logs._lines
-    logs.configure(logs.LogFormat.JSON, "info", out)
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)
-        logging.getLogger().handlers[:] = handlers
-        logging.getLogger().setLevel(level)
-        logs._lines = lines
+from tests.log_capture import configured
 
 
 @pytest.fixture
