@@ -15,8 +15,8 @@ dispatcher until its outcome is settled):
     outcome writer thread ── store.writes.finish ──▶ outcomes that arrive together,
         │ Settled (WRITTEN / REFUSED / LOST)        fenced, one statement
         ▼
-    Dispatcher._recorded: logs how the run ended, ends the ActiveRun, starts the
-    job's next waiting period
+    Dispatcher._recorded: logs how the run ended; then, the batch's lines out,
+    Dispatcher._end: ends the ActiveRun, starts the job's next waiting period
 
     heartbeat thread ── store.renewals ──▶ Dispatcher.renewed: deadlines forward
     lease watch thread ── deadline passed ──▶ Dispatcher.lose: cancel, kill the child

@@ -10,7 +10,8 @@ The threads around it (see `scheduler/run/__init__.py` for the drawing):
 - a worker calls the function on the job's executor and hands the outcome to the
   outcome writer, then takes the next run;
 - the outcome writer writes outcomes together and calls back `_recorded`, which logs
-  how the run ended and ends it here (starting the next waiting period of its job);
+  how the run ended; once the batch's lines are out, `_end` ends it here (starting the
+  next waiting period of its job);
 - the lease watch gives a run up when its holder's deadline passes (`lose`); the
   heartbeat's renewals push those deadlines forward (`renewed`).
 """

@@ -5,8 +5,9 @@ path) waits for its own answer, but such starts at the same moment travel togeth
 (group commit). Outcomes: the worker thread hands the outcome over and moves on to the
 next run; one writer thread sends the outcomes that arrive within OUTCOME_LINGER_S of
 the first in one statement, retries through database faults, and tells each run how
-its outcome was settled: their lines go out in one write, then the runs end. A burst of short runs so costs a statement per batch, not two
-transactions a run, and no worker waits on a commit after its job has returned.
+its outcome was settled: their lines go out in one write, then the runs end. A burst
+of short runs so costs a statement per batch, not two transactions a run, and no
+worker waits on a commit after its job has returned.
 
 The writer thread outlives any fault: a lost connection or a pool that ran dry is
 retried, a row the database refuses is written alone (and given up alone), and a bug
