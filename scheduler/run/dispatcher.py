@@ -365,7 +365,17 @@ class Dispatcher:
         if settled is Settled.WRITTEN and written.retry_in is None:
             with self._lock:
                 self._settled.add(active.claim.key)
-        end = partial(self._end, active, written, outcome, watching, settled)
+        ending = Ending(
+            outcome.status,
+            outcome.failure,
+            final=written.retry_in is None,
+            written=settled is Settled.WRITTEN,
+            duration_ms=written.duration_ms,
+        )
+        # A timed-out function still in its thread holds the run until it returns, once
+        # its outcome is written; unwritten, the run is retaken and nothing waits here.
+        lingering = outcome.lingering if settled is Settled.WRITTEN else None
+        end = partial(self._end, active, watching, ending, lingering)
         try:
             outcomes.report(active.context.log, written, outcome, settled)
         except Exception:
@@ -376,33 +386,23 @@ class Dispatcher:
     def _end(
         self,
         active: ActiveRun,
-        written: Finish,
-        outcome: Outcome,
         watching: observers.Watching,
-        settled: Settled,
+        ending: Ending,
+        lingering: threading.Thread | None,
     ) -> None:
         try:
-            watching.ended(
-                Ending(
-                    outcome.status,
-                    outcome.failure,
-                    final=written.retry_in is None,
-                    written=settled is Settled.WRITTEN,
-                    duration_ms=written.duration_ms,
-                )
-            )
+            watching.ended(ending)
         finally:
-            if outcome.lingering is not None and settled is Settled.WRITTEN:
+            if lingering is not None:
                 threading.Thread(
-                    target=self._outlast, args=(active, outcome), name="lingering", daemon=True
+                    target=self._outlast, args=(active, lingering), name="lingering", daemon=True
                 ).start()
             else:
                 self._done(active)
 
-    def _outlast(self, active: ActiveRun, outcome: Outcome) -> None:
+    def _outlast(self, active: ActiveRun, lingering: threading.Thread) -> None:
         """Wait for a timed-out function to return in its thread, then let its retry go."""
-        assert outcome.lingering is not None
-        outcome.lingering.join()
+        lingering.join()
         try:
             self._persist(active, partial(writes.release, self._database, active.claim), False)
         finally:
