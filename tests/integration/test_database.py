@@ -52,6 +52,36 @@ def test_a_call_on_a_connection_that_stopped_passing_bytes_fails_at_its_deadline
         proxy.cut()
 
 
+def test_a_stalled_call_fails_at_its_deadline_behind_a_later_one_of_another_handle(
+    postgres_url: str,
+) -> None:
+    """The watch thread sleeps until the earliest deadline it holds and is woken only
+    for an earlier one: a 1 s call made after a 60 s one (ended or still running) must
+    still be cut at 1 s, not when the 60 s deadline comes."""
+    proxy = Proxy(target_port=5432)
+    proxy.start()
+    patient = open_database(postgres_url).bounded(60.0)
+    hasty = open_database(proxy.url(postgres_url)).bounded(1.0)
+    try:
+        hasty.ping()
+        time.sleep(1.5)  # past the ping's deadline: the watch has dropped it
+        patient.ping()  # ended: its deadline, 60 s away, is now first in the watch's heap
+        proxy.freeze()
+        with patient.transaction() as slow:
+            slow.execute("SELECT 1")  # and one still running across the stall
+            began = time.monotonic()
+            with pytest.raises(StoreUnavailableError), hasty.transaction() as connection:
+                connection.execute("SELECT 1")
+            assert time.monotonic() - began < 3
+        proxy.thaw()
+        hasty.ping()
+    finally:
+        proxy.thaw()
+        patient.dispose()
+        hasty.dispose()
+        proxy.cut()
+
+
 def _prepared(database: Database) -> list[str]:
     with database.autocommit() as connection:
         return [
