@@ -49,13 +49,14 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
     _current = (log_format, level)
     out = stream or sys.stdout
     use_json = log_format is LogFormat.JSON or (log_format is LogFormat.AUTO and not out.isatty())
+    stamp, json_line = _UtcStamp(), _JsonLine()
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        _UtcStamp(),
+        stamp,
     ]
     renderer: Any = (
-        structlog.processors.JSONRenderer(serializer=_JsonLine().encode)
+        structlog.processors.JSONRenderer(serializer=json_line.encode)
         if use_json
         else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
@@ -94,10 +95,16 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
     # a LogRecord plus a second formatting pass cost twice the line itself. They are
     # written under the handler's lock, so a line of ours and a library's never mix.
     chain = [*shared, structlog.processors.StackInfoRenderer(), failures, exceptions, renderer]
+    processors: list[Any] = [_Plain(chain, [*shared, renderer])]
+    wrapper = structlog.make_filtering_bound_logger(logging.getLevelName(level.upper()))
+    if use_json:  # a run's lines with its bound fields encoded once, the same text
+        from scheduler.json_lines import JsonLines, fast_wrapper  # noqa: PLC0415
+
+        wrapper = fast_wrapper(wrapper, JsonLines(json_line.encoder, stamp.at), processors)
     structlog.configure(
-        processors=[_Plain(chain, [*shared, renderer])],
+        processors=processors,
         logger_factory=lambda *_args: lines,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        wrapper_class=wrapper,
         cache_logger_on_first_use=True,
     )
 
@@ -151,6 +158,10 @@ class _JsonLine:
 
     def __init__(self) -> None:
         self._encoder: Any = None
+
+    def encoder(self) -> Any:
+        """The encoder, once the first line has made it (None until then)."""
+        return self._encoder
 
     def encode(self, event: Any, **options: Any) -> str:
         encoder = self._encoder
@@ -215,8 +226,9 @@ class _Lines:
     def _write(self, text: str) -> None:
         self._handler.acquire()
         try:
-            self._handler.stream.write(text)
-            self._handler.flush()
+            stream = self._handler.stream
+            stream.write(text)
+            stream.flush()  # the handler's flush would take the lock held here again
         finally:
             self._handler.release()
 
