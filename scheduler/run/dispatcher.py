@@ -22,7 +22,7 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
@@ -44,6 +44,7 @@ from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, valid_until
 from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.starter import Starter
+from scheduler.run.threads import RunThreads
 from scheduler.run.writer import RunWriter, Settled
 from scheduler.states import Reason, RunStatus
 from scheduler.store import writes
@@ -84,7 +85,7 @@ class Dispatcher:
         self._jobs = jobs
         self._node_id = node_id
         self._log = log
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
+        self._pool = RunThreads(workers, "run")
         self._executors = Executors(jobs.values())
         self._active: dict[RunKey, ActiveRun] = {}
         self._recent: dict[RunKey, float] = {}
@@ -579,7 +580,7 @@ class Dispatcher:
     def _close(self) -> None:
         self._starter.close()
         self._writer.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
         self._executors.close()
 
     def _persist(self, active: ActiveRun, write: Callable[[], T], default: T) -> T:
