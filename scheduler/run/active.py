@@ -40,6 +40,8 @@ class ActiveRun:
     launched: bool = False
     phase: Phase = Phase.WAITING
     lost: bool = False
+    # Its run_started line is out already (the starter says it for a batch it started).
+    said_started: bool = False
     child: BaseProcess | None = None
     # This process's monotonic clock when the run was taken in here, after the write
     # that gave the lease had committed: a renewal sent since must find its row.

@@ -298,3 +298,38 @@ def test_a_run_ends_only_once_its_line_is_out(database: Database, tmp_path: Path
         assert ended <= succeeded, f"{ended} ended before its run_succeeded line was out"
         wait(ends, timeout=10)
         dispatcher.drain(1)
+
+
+def test_each_run_says_it_started_once_before_its_function_speaks(
+    database: Database, tmp_path: Path
+) -> None:
+    """Runs in a backlog are started in batches, and the starter says `run_started` for a
+    batch in one write before any worker calls their functions: still one line a run,
+    with a worker's fields, after `run_claimed`'s and before the job's own lines."""
+
+    def body(ctx: RunContext) -> None:
+        structlog.get_logger("scheduler").info("job_said")  # bound to the run through contextvars
+        time.sleep(0.01)  # so that runs wait for the two workers
+
+    names = [f"job{index}" for index in range(12)]
+    jobs = {name: job(cron="* * * * *", name=name)(body) for name in names}
+    log_path = tmp_path / "node.log"
+    with log_path.open("w") as out, configured(out):
+        dispatcher = Dispatcher(database, jobs, NODE, 2, logs.get_logger(node=NODE))
+        won = claims.claim(database, [Due(name, PERIOD, 30) for name in names], NODE).won
+        wait([dispatcher.submit(claim) for claim in won], timeout=10)
+        dispatcher.drain(1)
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    for claim in won:
+        said = [line for line in lines if line.get("run_id") == claim.id]
+        assert [line["event"] for line in said] == ["run_started", "job_said", "run_succeeded"]
+        started = said[0]
+        assert list(started) == [
+            "node", "job", "period", "run_id", "attempt", "origin", "event", "level", "timestamp"
+        ]  # fmt: skip
+        assert (started["job"], started["period"], started["attempt"], started["origin"]) == (
+            claim.job,
+            PERIOD.isoformat(),
+            1,
+            "schedule",
+        )
