@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import time
 from pathlib import Path
@@ -81,3 +83,27 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
     node.signal(signal.SIGTERM)
     assert node.process.wait(timeout=10) == 128 + signal.SIGTERM
     assert time.monotonic() - began < 3
+
+
+def test_a_signal_another_thread_took_still_stops_the_node(tmp_path: Path, sqlite_url: str) -> None:
+    """The kernel hands a process's SIGTERM (a rolling deploy's, a `kill`) to any of its
+    threads that does not block it, and Python runs the handler only in the main thread,
+    which an idle node keeps asleep until its next period: a node of daily jobs ignored
+    the signal until midnight. Here the signal goes to one of the node's other threads
+    (tgkill): the node stops all the same, at once."""
+    node = start_node(tmp_path, "elsewhere", sqlite_url, "daily")
+    node.wait_for(lambda event: event.get("event") == "node_started")
+    time.sleep(0.5)  # its main thread asleep until midnight
+    pid = node.process.pid
+    others = sorted(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir())[1:]
+    assert others, "the node has threads besides its main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        assert libc.tgkill(pid, others[0], signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+        began = time.monotonic()
+        assert node.process.wait(timeout=15) == 0
+        assert time.monotonic() - began < 5
+    finally:
+        node.kill()
+    events = [event["event"] for event in node.events()]
+    assert events[-3:] == ["signal_received", "node_stopping", "node_stopped"]
