@@ -7,7 +7,8 @@ dispatcher until its outcome is settled):
         │ Dispatcher.submit(claim)              phase WAITING; the lease watch learns
         ▼                                        until when the lease is surely ours
     starter thread ── store.writes.start ──▶ marks a batch running, one statement,
-        │ hands each run to an idle worker       as many as there are idle workers
+        │ says run_started for the batch,        as many as there are idle workers
+        │ hands each run to an idle worker
         ▼
     worker thread (`run_*`) ── Executor.call ──▶ thread, event loop or child process
         │ Outcome                                phase RUNNING, then RECORDING
