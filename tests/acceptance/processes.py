@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -130,3 +131,17 @@ def start_node(
             stderr=subprocess.STDOUT,
         )
     return Node(name, process, log_path)
+
+
+def other_threads(pid: int) -> list[int]:
+    """The ids of a process's threads but its main one."""
+    return sorted(
+        int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if task.name != str(pid)
+    )
+
+
+def signal_thread(pid: int, thread: int, signum: signal.Signals) -> None:
+    """A real signal, sent to one thread of the process (tgkill): which of its threads
+    takes a process's signal is the kernel's choice, made certain here."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.tgkill(pid, thread, signum) == 0, os.strerror(ctypes.get_errno())

@@ -4,6 +4,7 @@ real HTTP: who may act, what is escaped, and requests carried out by exactly one
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -15,7 +16,14 @@ import pytest
 
 from scheduler.store.database import open_database
 from tests.acceptance.console_client import Answer, Console
-from tests.acceptance.processes import SCHEDULER, Node, environment, start_node
+from tests.acceptance.processes import (
+    SCHEDULER,
+    Node,
+    environment,
+    other_threads,
+    signal_thread,
+    start_node,
+)
 from tests.acceptance.records import run_rows
 
 pytestmark = pytest.mark.slow
@@ -420,3 +428,20 @@ def test_malformed_credentials_are_refused_before_anything_is_written(tmp_path: 
             "error: SCHEDULER_CONSOLE_AUTH: expected NAME:SECRET pairs, got an entry 'alice'\n"
         )
         assert not database.exists()
+
+
+def test_the_console_stops_on_a_signal_another_thread_took(tmp_path: Path, sqlite_url: str) -> None:
+    """The console's main thread only waits for its stop, and its HTTP server has threads
+    of its own: a SIGTERM the kernel gives one of them must still stop it."""
+    first = start_node(tmp_path, "first", sqlite_url, "console")  # a migrated database
+    first.wait_for(lambda event: event.get("event") == "node_started")
+    assert first.stop() == 0
+    console = start_console(tmp_path, sqlite_url)
+    console.wait_for(lambda event: event.get("event") == "http_listening")
+    pid = console.process.pid
+    try:
+        signal_thread(pid, other_threads(pid)[0], signal.SIGTERM)
+        assert console.process.wait(timeout=15) == 0
+    finally:
+        console.kill()
+    assert any(event["event"] == "signal_received" for event in console.events())

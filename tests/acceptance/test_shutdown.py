@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
 import time
 from pathlib import Path
@@ -11,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.states import Reason, RunStatus
-from tests.acceptance.processes import start_node
+from tests.acceptance.processes import other_threads, signal_thread, start_node
 from tests.acceptance.records import run_rows, table_counts
 
 pytestmark = pytest.mark.slow
@@ -89,17 +87,14 @@ def test_a_signal_another_thread_took_still_stops_the_node(tmp_path: Path, sqlit
     """The kernel hands a process's SIGTERM (a rolling deploy's, a `kill`) to any of its
     threads that does not block it, and Python runs the handler only in the main thread,
     which an idle node keeps asleep until its next period: a node of daily jobs ignored
-    the signal until midnight. Here the signal goes to one of the node's other threads
-    (tgkill): the node stops all the same, at once."""
+    the signal until midnight. Here the signal goes to one of the node's other threads:
+    the node stops all the same, at once."""
     node = start_node(tmp_path, "elsewhere", sqlite_url, "daily")
     node.wait_for(lambda event: event.get("event") == "node_started")
     time.sleep(0.5)  # its main thread asleep until midnight
     pid = node.process.pid
-    others = sorted(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir())[1:]
-    assert others, "the node has threads besides its main one"
-    libc = ctypes.CDLL(None, use_errno=True)
     try:
-        assert libc.tgkill(pid, others[0], signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+        signal_thread(pid, other_threads(pid)[0], signal.SIGTERM)
         began = time.monotonic()
         assert node.process.wait(timeout=15) == 0
         assert time.monotonic() - began < 5
@@ -107,3 +102,28 @@ def test_a_signal_another_thread_took_still_stops_the_node(tmp_path: Path, sqlit
         node.kill()
     events = [event["event"] for event in node.events()]
     assert events[-3:] == ["signal_received", "node_stopping", "node_stopped"]
+
+
+def test_a_second_signal_another_thread_took_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
+    """While the node drains, its main thread waits for the running job: a second signal
+    that lands on another thread must still end the process at once."""
+    node = start_node(
+        tmp_path,
+        "elsewhere-twice",
+        sqlite_url,
+        "sleeper",
+        ["--grace", "60s"],
+        EXECUTION_LOG=str(tmp_path / "done.txt"),
+        SLEEP_SECONDS="60",
+    )
+    node.wait_for(lambda event: event.get("event") == "run_started")
+    pid = node.process.pid
+    try:
+        signal_thread(pid, other_threads(pid)[0], signal.SIGTERM)
+        node.wait_for(lambda event: event.get("event") == "node_stopping", timeout=10)
+        began = time.monotonic()
+        signal_thread(pid, other_threads(pid)[-1], signal.SIGTERM)
+        assert node.process.wait(timeout=15) == 128 + signal.SIGTERM
+        assert time.monotonic() - began < 3
+    finally:
+        node.kill()
