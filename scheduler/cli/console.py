@@ -10,7 +10,8 @@ import click
 
 from scheduler import console, logs
 from scheduler import http as operations_http
-from scheduler.cli.options import database_option, install_signal_handlers, logging_options
+from scheduler.cli.options import database_option, logging_options
+from scheduler.cli.signals import install_signal_handlers
 from scheduler.errors import UserError
 from scheduler.store import migrate as migrations
 from scheduler.store.database import open_database

@@ -1,14 +1,12 @@
 """What the `scheduler` commands share: the options and their parsing, loading the job
-modules and opening the database before anything is written, and the signal handlers
-(the error style is `scheduler.cli.group`'s)."""
+modules and opening the database before anything is written (the error style is
+`scheduler.cli.group`'s; the signal handlers are `scheduler.cli.signals`)."""
 
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -141,18 +139,3 @@ def prepare(
         migrations.upgrade(database)
     migrations.require_current_schema(database)
     return database, jobs
-
-
-def install_signal_handlers(request_stop: Callable[[], None]) -> None:
-    """First SIGTERM/SIGINT: stop and drain. A second one: leave at once."""
-    received: list[int] = []
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        if received:
-            os._exit(128 + signum)
-        received.append(signum)
-        logs.get_logger().info("signal_received", signal=signal.Signals(signum).name)
-        request_stop()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)

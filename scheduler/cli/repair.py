@@ -18,12 +18,12 @@ from scheduler.admin import Admin
 from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     database_option,
-    install_signal_handlers,
     jobs_option,
     logging_options,
     node_options,
     prepare,
 )
+from scheduler.cli.signals import install_signal_handlers
 from scheduler.config import node_identity, parse_option_duration, parse_period
 from scheduler.errors import UserError
 from scheduler.node import foreground

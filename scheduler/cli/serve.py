@@ -13,12 +13,12 @@ from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
     BEHIND,
     database_option,
-    install_signal_handlers,
     jobs_option,
     logging_options,
     node_options,
     prepare,
 )
+from scheduler.cli.signals import install_signal_handlers
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
     DEFAULT_RECOVERY_INTERVAL,

@@ -35,7 +35,6 @@ from scheduler.node.peers import HANDOFF_S, Peers, jobs_digest
 from scheduler.node.pruner import Pruner
 from scheduler.node.recovery import Recovery
 from scheduler.node.requests import Requests
-from scheduler.node.sleep import MainSleep
 from scheduler.node.upcoming import Upcoming
 from scheduler.node.wakeups import Mode as WakeupMode
 from scheduler.node.wakeups import Wakeups
@@ -231,11 +230,10 @@ class Daemon:
         self._catch_up.start()
         if self._pruner is not None:
             self._pruner.start()
-        with MainSleep(self._stop) as sleep:
-            try:
-                self._loop(sleep)
-            finally:
-                abandoned = self._shutdown()
+        try:
+            self._loop()
+        finally:
+            abandoned = self._shutdown()
         return abandoned
 
     def _take_liveness(self) -> int | None:
@@ -291,7 +289,7 @@ class Daemon:
             released = nodes.supersede(self._database, dead)
             self._log.warning("node_superseded", earlier=dead, runs_released=released)
 
-    def _loop(self, sleep: MainSleep) -> None:
+    def _loop(self) -> None:
         upcoming = Upcoming(self._jobs.values(), self._live_since)
         # Periods of this node's share, and any a database fault kept for another try.
         pending: list[Due] = []
@@ -328,7 +326,7 @@ class Daemon:
                 waits.append((next_due - self._clock.now()).total_seconds())
             if handed:
                 waits.append(handed[0][0] - time.monotonic())
-            sleep.sleep(max(0.0, min(waits)) if waits else None)
+            self._stop.wait(max(0.0, min(waits)) if waits else None)
 
     def _left_over(self, theirs: list[Due]) -> list[Due]:
         """What the peers' shares still lack; all of it if the database cannot say."""
