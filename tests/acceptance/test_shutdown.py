@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from scheduler.states import Reason, RunStatus
-from tests.acceptance.processes import other_threads, signal_thread, start_node
+from tests.acceptance.processes import Node, other_threads, signal_thread, start_node
 from tests.acceptance.records import run_rows, table_counts
 
 pytestmark = pytest.mark.slow
@@ -64,7 +65,21 @@ def test_a_job_past_the_grace_period_is_recorded_abandoned(
     assert not (tmp_path / "done.txt").exists()
 
 
-def test_a_second_signal_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
+def _to_the_process(node: Node, _which: int) -> None:
+    node.signal(signal.SIGTERM)
+
+
+def _to_another_thread(node: Node, which: int) -> None:
+    """To one of the node's threads but its main one (the first, or the last)."""
+    signal_thread(node.process.pid, other_threads(node.process.pid)[which], signal.SIGTERM)
+
+
+@pytest.mark.parametrize("send", [_to_the_process, _to_another_thread])
+def test_a_second_signal_exits_at_once(
+    tmp_path: Path, sqlite_url: str, send: Callable[[Node, int], None]
+) -> None:
+    """Also when the kernel gives either signal to another thread than the main one,
+    which waits for the running job while the node drains."""
     node = start_node(
         tmp_path,
         "hasty",
@@ -74,13 +89,16 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
         EXECUTION_LOG=str(tmp_path / "done.txt"),
         SLEEP_SECONDS="60",
     )
-    node.wait_for(lambda event: event.get("event") == "run_started")
-    node.signal(signal.SIGTERM)
-    node.wait_for(lambda event: event.get("event") == "node_stopping")
-    began = time.monotonic()
-    node.signal(signal.SIGTERM)
-    assert node.process.wait(timeout=10) == 128 + signal.SIGTERM
-    assert time.monotonic() - began < 3
+    try:
+        node.wait_for(lambda event: event.get("event") == "run_started")
+        send(node, 0)
+        node.wait_for(lambda event: event.get("event") == "node_stopping", timeout=10)
+        began = time.monotonic()
+        send(node, -1)
+        assert node.process.wait(timeout=15) == 128 + signal.SIGTERM
+        assert time.monotonic() - began < 3
+    finally:
+        node.kill()
 
 
 def test_a_signal_another_thread_took_still_stops_the_node(tmp_path: Path, sqlite_url: str) -> None:
@@ -102,28 +120,3 @@ def test_a_signal_another_thread_took_still_stops_the_node(tmp_path: Path, sqlit
         node.kill()
     events = [event["event"] for event in node.events()]
     assert events[-3:] == ["signal_received", "node_stopping", "node_stopped"]
-
-
-def test_a_second_signal_another_thread_took_exits_at_once(tmp_path: Path, sqlite_url: str) -> None:
-    """While the node drains, its main thread waits for the running job: a second signal
-    that lands on another thread must still end the process at once."""
-    node = start_node(
-        tmp_path,
-        "elsewhere-twice",
-        sqlite_url,
-        "sleeper",
-        ["--grace", "60s"],
-        EXECUTION_LOG=str(tmp_path / "done.txt"),
-        SLEEP_SECONDS="60",
-    )
-    node.wait_for(lambda event: event.get("event") == "run_started")
-    pid = node.process.pid
-    try:
-        signal_thread(pid, other_threads(pid)[0], signal.SIGTERM)
-        node.wait_for(lambda event: event.get("event") == "node_stopping", timeout=10)
-        began = time.monotonic()
-        signal_thread(pid, other_threads(pid)[-1], signal.SIGTERM)
-        assert node.process.wait(timeout=15) == 128 + signal.SIGTERM
-        assert time.monotonic() - began < 3
-    finally:
-        node.kill()
