@@ -15,6 +15,10 @@ across runs on a busy machine. That baseline logs nothing; a second one, right a
 logs APScheduler's own INFO lines (two a run) to a file, as a team that logs at INFO
 runs it, since the nodes write their three lines a run too.
 
+The runs table, once the nodes have stopped: the share of its row updates that were
+HOT (PostgreSQL wrote the new version on the same page and touched no index; a start
+can be one since migration 0011, an outcome cannot, so at most half), and its size.
+
 The longest stall: a thread of the bench sleeps 5 ms at a time from just before the
 instant until every run finished, and keeps the longest it overslept. A machine that
 froze (every node late alike, as once in the fourteenth part of issue 19) shows here in
@@ -98,6 +102,7 @@ def run_once(smoke: bool) -> Figures:
             "FROM scheduler_runs WHERE period = %s",
             (datetime.fromtimestamp(due, UTC),),
         )[0]
+        table = _runs_table(url)
         ran = harness.executions(executions)
         baseline = _baseline(folder, count)
         logged = _baseline(folder, count, log_lines=True)
@@ -120,6 +125,7 @@ def run_once(smoke: bool) -> Figures:
             "round_trips_per_run": runs_only["round_trips"] / count,
             "transactions_per_run": runs_only["transactions"] / count,
             "statements_per_run_catchup": with_catchup["statements"] / count,
+            **table,
             "duplicates": sum(n - 1 for n in ran.values() if n > 1),
             "missed": count - len(ran),
             "baseline_last_start": baseline["last_start"],
@@ -164,6 +170,27 @@ def _node_workers() -> int:
     return int(os.environ.get("BENCH_WORKERS") or DEFAULT_WORKERS)
 
 
+def _runs_table(url: str) -> dict[str, float]:
+    """The runs table once the nodes have stopped (their statistics sent as their
+    connections closed): the share of its row updates that were HOT (no index touched;
+    a start can be, an outcome cannot), and its size, rows and indexes."""
+    statement = (
+        "SELECT n_tup_upd, n_tup_hot_upd, pg_relation_size(relid), pg_indexes_size(relid)"
+        " FROM pg_stat_user_tables WHERE relname = 'scheduler_runs'"
+    )
+    deadline = time.monotonic() + 5
+    while True:
+        ((updates, hot, heap, indexes),) = harness.query(url, statement)
+        if updates or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return {
+        "hot_updates": hot / updates * 100 if updates else 0.0,
+        "table_mb": heap / 2**20,
+        "indexes_mb": indexes / 2**20,
+    }
+
+
 def _busiest_share(url: str, due: int, count: int) -> float:
     """% of the periods won by the node that won most."""
     held = harness.query(
@@ -193,6 +220,9 @@ ROWS = [
     Row("ratio_last_start", "last start, ratio to the baseline", ""),
     Row("last_finish", "all runs finished after the instant (±0.2 s)", "s"),
     Row("per_node", "share of the runs won by the busiest node", "%"),
+    Row("hot_updates", "runs table: updates that touched no index (HOT)", "%"),
+    Row("table_mb", "runs table after the burst: rows", "MiB"),
+    Row("indexes_mb", "runs table after the burst: indexes", "MiB"),
     Row("longest_stall", "longest stall of a 5 ms ticker in the bench", "ms"),
     Row("nodes_cpu", "CPU of the 3 nodes until all finished", "% core"),
     Row("machine_cpu", "CPU of the whole machine until then (of 200 %)", "% core"),
