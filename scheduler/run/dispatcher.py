@@ -185,7 +185,6 @@ class Dispatcher:
         their turn, lost, a database fault, a node that drains) take the slow way."""
         if self._stopping.is_set():
             return [False] * len(batch)
-        sent = time.monotonic()
         with self._lock:  # a run given up while it waited is not started (see below)
             live = [active for active in batch if not active.lost]
         here = [active for active in live if self._remote(active) is None]
@@ -200,9 +199,9 @@ class Dispatcher:
                 results |= {a.claim.key: r for a, r in zip(away, queued, strict=True)}
         except Exception:  # noqa: BLE001 - any fault here leaves the run to the slow path
             return [False] * len(batch)
+        # A start leaves the lease as it was: the claim or the last renewal set it, and
+        # they moved the watch's deadlines too.
         begun = [active for active in here if results[active.claim.key] is Started.STARTED]
-        for active in begun:
-            self._extend(active, sent)
         if begun and not self._observers:
             # Said here, in one write, before the workers get them: a worker that wrote
             # its own line gave up the GIL and took the handler's lock in the middle of
@@ -321,14 +320,12 @@ class Dispatcher:
                 # A run that has not started does not start once the node is draining.
                 self._give_back_unstarted(active)
                 return Started.LOST
-            sent = time.monotonic()
             if self._remote(active) is None:
                 write = partial(self._writer.start_one, claim, in_turn=active.in_turn)
             else:
                 write = partial(self._writer.queue_one, self._queue_request(active))
             started = self._persist(active, write, Started.LOST)
             if started is Started.STARTED:
-                self._extend(active, sent)
                 return started
             if started is Started.LOST:
                 if not self._stopping.is_set():

@@ -240,7 +240,7 @@ _CLAIM_POSTGRES = f"""
         -- or timed out, nor an earlier one claimed, under a live lease.
         due.start AND (due.overlap_limit IS NULL OR NOT EXISTS (
             SELECT FROM {RUNS} AS other
-            WHERE other.job = due.job
+            WHERE other.job = due.job AND other.live
               AND other.lease_expires_at > statement_timestamp()
               AND (other.status IN ('queued', 'running', 'timed_out')
                    OR (other.status = 'claimed' AND other.period < due.period)))) AS start

@@ -41,7 +41,7 @@ RETRYABLE_SQL = ", ".join(f"'{status}'" for status in RETRYABLE)
 
 def occupying_sql(now: str) -> str:
     return (
-        f"(other.status IN ({ACTIVE_SQL}, 'timed_out')"
+        f"(other.live AND other.status IN ({ACTIVE_SQL}, 'timed_out')"
         f" AND other.lease_expires_at > {now}"
         " AND NOT (other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1)))"
     )

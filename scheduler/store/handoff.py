@@ -73,7 +73,7 @@ _QUEUE_POSTGRES = f"""
       AND run.lease_expires_at > statement_timestamp()
       AND NOT (wanted.in_turn AND EXISTS (
           SELECT FROM {RUNS} AS other
-          WHERE other.job = run.job AND other.id <> run.id
+          WHERE other.job = run.job AND other.live AND other.id <> run.id
             AND other.lease_expires_at > statement_timestamp()
             AND (other.status IN ('queued', 'running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period))))

@@ -188,7 +188,7 @@ def release_runs_of(database: Database, holders: Collection[str]) -> int:
         UPDATE {RUNS} SET lease_expires_at = {now}
         WHERE holder IN (SELECT node.id FROM {NODES} AS node
                          WHERE node.id IN ({listed}) AND {_GONE})
-          AND lease_expires_at > {now} AND status <> 'queued'
+          AND live AND lease_expires_at > {now} AND status <> 'queued'
     """
     with database.transaction() as connection:
         released = connection.execute(statement, parameters).rowcount
@@ -256,7 +256,7 @@ def supersede(database: Database, ids: Sequence[str]) -> int:
         )
         released = connection.execute(
             f"""UPDATE {RUNS} SET lease_expires_at = {now}
-                WHERE holder IN ({listed}) AND lease_expires_at > {now}""",
+                WHERE holder IN ({listed}) AND live AND lease_expires_at > {now}""",
             parameters,
         ).rowcount
         if released:

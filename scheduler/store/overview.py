@@ -114,7 +114,7 @@ def in_progress(database: Database) -> list[Active]:
     """Every run claimed or running now, oldest period first (what the nodes run)."""
     statement = f"""
         SELECT job, period, id, status, holder, started_at FROM {RUNS}
-        WHERE status IN ({ACTIVE_SQL}) ORDER BY period, job
+        WHERE live AND status IN ({ACTIVE_SQL}) ORDER BY period, job
     """
     with database.transaction() as connection:
         return [Active(**row._asdict()) for row in connection.execute(statement)]

@@ -16,7 +16,7 @@ from scheduler.errors import UserError
 from scheduler.states import RunStatus
 from scheduler.store.connection import in_list, pairs_in
 from scheduler.store.database import Database
-from scheduler.store.fence import RUNS
+from scheduler.store.fence import ACTIVE, RUNS
 from scheduler.store.nodes import NODES
 from scheduler.store.takeover import ATTEMPTS
 
@@ -150,8 +150,8 @@ def list_runs(
         conditions.append(f"job IN ({listed})")
         parameters |= named
     if statuses:
-        listed, named = in_list("status", list(statuses))
-        conditions.append(f"status IN ({listed})")
+        wanted, named = status_filter(statuses)
+        conditions.append(wanted)
         parameters |= named
     if since is not None:
         conditions.append("period >= :since")
@@ -207,12 +207,36 @@ def last_successes(database: Database) -> dict[str, Success]:
     """For each job that ever succeeded: its newest succeeded period and finish time."""
     statement = f"""
         SELECT job, max(period) AS period, max(finished_at) AS finished_at FROM {RUNS}
-        WHERE status = 'succeeded' GROUP BY job
+        WHERE ended_status = 'succeeded' GROUP BY job
     """
     with database.transaction() as connection:
         return {
             row.job: Success(row.period, row.finished_at) for row in connection.execute(statement)
         }
+
+
+def status_filter(statuses: Collection[str]) -> tuple[str, dict[str, Any]]:
+    """Runs in these statuses, as a condition an index serves, and its parameters.
+
+    No index holds `status` (a start would then touch it: migration 0011). A run in
+    hand (claimed, queued, running) is found among the live rows, any other by
+    `ended_status`, which is its status once it is no longer in hand.
+    """
+    in_hand = [status for status in statuses if status in ACTIVE]
+    ended = [status for status in statuses if status not in ACTIVE]
+    conditions = []
+    parameters: dict[str, Any] = {}
+    if in_hand:
+        listed, named = in_list("in_hand", in_hand)
+        conditions.append(f"(live AND status IN ({listed}))")
+        parameters |= named
+    if ended:
+        listed, named = in_list("ended", ended)
+        conditions.append(f"ended_status IN ({listed})")
+        parameters |= named
+    if not conditions:
+        return "FALSE", {}
+    return f"({' OR '.join(conditions)})", parameters
 
 
 def recorded_since(database: Database, statuses: Collection[str], since: datetime) -> list[RunRow]:
@@ -221,10 +245,10 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
     "Recorded" is when the run finished, or when its row was written for a run that
     never started (a missed period): a period missed long ago is news when recorded.
     """
-    listed, parameters = in_list("status", list(statuses))
+    wanted, parameters = status_filter(statuses)
     return _runs(
         database,
-        f"status IN ({listed}) AND coalesce(finished_at, claimed_at) >= :since",
+        f"{wanted} AND coalesce(finished_at, claimed_at) >= :since",
         {**parameters, "since": since},
         "ORDER BY job, period",
     )
@@ -235,14 +259,12 @@ def count_by_job(
 ) -> dict[str, int]:
     """How many runs each job has in the given statuses (recorded at or after
     `recorded_since`, as `recorded_since` reads "recorded"); jobs with none are left out."""
-    listed, parameters = in_list("status", list(statuses))
+    wanted, parameters = status_filter(statuses)
     recent = ""
     if recorded_since is not None:
         recent = " AND coalesce(finished_at, claimed_at) >= :since"
         parameters["since"] = recorded_since
-    statement = (
-        f"SELECT job, count(*) AS runs FROM {RUNS} WHERE status IN ({listed}){recent} GROUP BY job"
-    )
+    statement = f"SELECT job, count(*) AS runs FROM {RUNS} WHERE {wanted}{recent} GROUP BY job"
     with database.transaction() as connection:
         return {row.job: int(row.runs) for row in connection.execute(statement, parameters)}
 

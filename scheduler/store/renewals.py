@@ -34,7 +34,10 @@ def renew_leases(database: Database, holder: str) -> list[Held]:
 
 def renew_on(database: Database, connection: Connection, holder: str) -> list[Held]:
     """`renew_leases` inside a transaction of the caller's (the heartbeat's beat)."""
-    held = f"holder = :holder AND lease_expires_at >= {database.now} AND status IN ({RENEWED_SQL})"
+    held = (
+        f"holder = :holder AND live AND lease_expires_at >= {database.now}"
+        f" AND status IN ({RENEWED_SQL})"
+    )
     if database.arrays:
         statement = f"""
             UPDATE {RUNS} SET lease_expires_at = {database.lease_until("lease_seconds")}

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Column,
+    Computed,
     DateTime,
     Dialect,
     Float,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 
 from scheduler.store.migrate import VERSION_TABLE
@@ -59,6 +61,11 @@ class UTCDateTime(TypeDecorator[datetime]):
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
+
+# The expressions of the runs table's computed columns, as migration 0011 writes them.
+LIVE_SQL = "status IN ('claimed', 'queued', 'running') OR lease_expires_at IS NOT NULL"
+ENDED_STATUS_SQL = "CASE WHEN status IN ('claimed', 'queued', 'running') THEN NULL ELSE status END"
+_live_only: dict[str, Any] = {"postgresql_where": text("live"), "sqlite_where": text("live")}
 
 runs = Table(
     "scheduler_runs",
@@ -99,9 +106,18 @@ runs = Table(
     Column("retry_at", UTCDateTime()),
     # The job's last `ctx.checkpoint(...)`, as JSON; kept across attempts of the period.
     Column("checkpoint", Text),
-    Index(None, "status", "lease_expires_at"),
-    Index(None, "job", "status"),
-    Index(None, "holder", "status"),
+    # What the indexes hold instead of `status`, so that a start (claimed to running,
+    # nothing else indexed changes) is a HOT update: no index touched (migration 0011).
+    # A live row is a run in hand, or one whose lease still matters (a timed-out call
+    # that lingers): the recovery sweep, renewals and overlap checks read only these.
+    Column("live", Boolean, Computed(LIVE_SQL, persisted=True)),
+    # The status of a row no longer live or in hand, for the views of failures and
+    # missed periods; NULL while claimed, queued or running.
+    Column("ended_status", String(16), Computed(ENDED_STATUS_SQL, persisted=True)),
+    Index("ix_scheduler_runs_live_lease", "lease_expires_at", **_live_only),
+    Index("ix_scheduler_runs_live_job", "job", **_live_only),
+    Index("ix_scheduler_runs_live_holder", "holder", **_live_only),
+    Index(None, "ended_status"),
     Index(None, "retry_at"),
     # `scheduler prune` finds old periods across every job.
     Index(None, "period"),

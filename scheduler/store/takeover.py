@@ -41,7 +41,7 @@ def stale_from(row: Any, *, expired: bool) -> Stale:
 
 
 def _expired(now: str) -> str:
-    return f"(status IN ({ACTIVE_SQL}) AND lease_expires_at < {now})"
+    return f"(live AND status IN ({ACTIVE_SQL}) AND lease_expires_at < {now})"
 
 
 def _retry_due(now: str) -> str:
@@ -267,7 +267,10 @@ def next_deadline_on(database: Database, connection: Connection) -> float | None
 
 def next_deadline_queries() -> tuple[str, str]:
     """The earliest lease end and the earliest retry, each a one-value query."""
-    lease = f"SELECT min(lease_expires_at) FROM {RUNS} WHERE status IN ({ACTIVE_SQL}, 'timed_out')"
+    lease = (
+        f"SELECT min(lease_expires_at) FROM {RUNS}"
+        f" WHERE live AND status IN ({ACTIVE_SQL}, 'timed_out')"
+    )
     retry = f"SELECT min(retry_at) FROM {RUNS} WHERE retry_at IS NOT NULL"
     return lease, retry
 
@@ -286,7 +289,7 @@ def seconds_until_on(
 ) -> float | None:
     """`seconds_until_recovery` inside a transaction of the caller's."""
     now = database.now
-    leased = f"status IN ({ACTIVE_SQL}, 'timed_out')"
+    leased = f"live AND status IN ({ACTIVE_SQL}, 'timed_out')"
     parameters: dict[str, Any] = {}
     if jobs is None:
         statement = f"""SELECT
@@ -296,11 +299,14 @@ def seconds_until_on(
             {now} AS now"""
     else:
         names, parameters = in_list("job", list(jobs))
+        # Two lookups: the live rows of these jobs, and their rows with a retry (few).
         statement = f"""SELECT
-            min(CASE WHEN {leased} THEN lease_expires_at END) AS lease_at,
-            min(retry_at) AS retry_at, {now} AS now
-            FROM {RUNS}
-            WHERE job IN ({names}) AND status IN ({ACTIVE_SQL}, {RETRYABLE_SQL})"""
+            (SELECT min(lease_expires_at) FROM {RUNS}
+             WHERE job IN ({names}) AND {leased}) AS lease_at,
+            (SELECT min(retry_at) FROM {RUNS}
+             WHERE job IN ({names}) AND retry_at IS NOT NULL
+               AND status IN ({ACTIVE_SQL}, {RETRYABLE_SQL})) AS retry_at,
+            {now} AS now"""
     lease, retry, moment = connection.execute(statement, parameters).one()
     deadlines = [_as_utc(value) for value in (lease, retry) if value is not None]
     if not deadlines:

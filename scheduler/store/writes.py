@@ -64,13 +64,13 @@ def record(
     on its own, so one refused row does not refuse the others.
 
     Outcomes go first so that a queued period may start right after the period it
-    waited for ends. A start also needs a live lease, renews it, and is idempotent: a
-    run already running under the same fence (this very start, whose reply was lost)
-    counts as started. A start that must wait its turn (`in_turn`) takes its job's
-    advisory lock first, so that no period of the job is inserted or started unseen
-    meanwhile; without such starts, PostgreSQL takes each kind in one statement in
-    autocommit (one round trip each). SQLite, local and single-writer, takes a
-    statement a row inside one transaction.
+    waited for ends. A start also needs a live lease, leaves it as it is (the
+    heartbeat renews it), and is idempotent: a run already running under the same
+    fence (this very start, whose reply was lost) counts as started. A start that must
+    wait its turn (`in_turn`) takes its job's advisory lock first, so that no period of
+    the job is inserted or started unseen meanwhile; without such starts, PostgreSQL
+    takes each kind in one statement in autocommit (one round trip each). SQLite, local
+    and single-writer, takes a statement a row inside one transaction.
     """
     in_turn = {request.claim.job for request in starts if request.in_turn}
     if database.arrays and in_turn and not outcomes:
@@ -94,7 +94,7 @@ def earlier_active(now: str) -> str:
     live lease (`startable_params` give the run; `now` is the clock's SQL)."""
     return f"""EXISTS (
         SELECT 1 FROM {RUNS} AS other
-        WHERE other.job = :fence_job AND other.id <> :fence_id
+        WHERE other.job = :fence_job AND other.live AND other.id <> :fence_id
           AND other.lease_expires_at > {now}
           AND (other.status IN ('queued', 'running', 'timed_out')
                OR (other.status = 'claimed' AND other.period < :fence_period)))"""
@@ -116,19 +116,20 @@ def startable_params(claim: Claim) -> dict[str, Any]:
 
 def _start_one(database: Database, connection: Connection, request: StartRequest) -> Started:
     claim = request.claim
-    lease, leased = database.lease("lease_s", claim.lease_seconds)
+    # Already running under this fence: this start, tried again after a lost reply.
     again = connection.execute(
-        f"UPDATE {RUNS} SET lease_expires_at = {lease} WHERE {MINE_SQL} AND status = 'running'",
-        {**fence_params(claim), **leased},
-    )
-    if again.rowcount == 1:
+        f"SELECT 1 FROM {RUNS} WHERE {MINE_SQL} AND status = 'running'"
+        f" AND lease_expires_at > {database.now}",
+        fence_params(claim),
+    ).first()
+    if again is not None:
         return Started.STARTED
     statement = f"""
         UPDATE {RUNS} SET status = 'running', started_at = {database.now},
-            started_attempts = started_attempts + 1, lease_expires_at = {lease}
+            started_attempts = started_attempts + 1
         WHERE {startable(database, in_turn=request.in_turn)}
     """
-    if connection.execute(statement, {**startable_params(claim), **leased}).rowcount == 1:
+    if connection.execute(statement, startable_params(claim)).rowcount == 1:
         return Started.STARTED
     if request.in_turn:
         waiting = connection.execute(
@@ -199,14 +200,15 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
 # stale (a few claimed rows expected, 10,000 there) and the planner took the status
 # index, reading every claimed row for each batch of 16 (several times slower).
 # A row already running under the same fence is this start, tried again: it keeps its
-# started_at and start count and only has its lease renewed.
+# started_at and start count. A start leaves the lease as the claim or the last renewal
+# set it: with it, `status` is the only indexed value a start would change, and no index
+# holds `status` (migration 0011), so the start is a HOT update.
 _START_POSTGRES = f"""
     UPDATE {RUNS} AS run SET status = 'running',
         started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
                           ELSE run.started_at END,
         started_attempts = run.started_attempts
-                           + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END,
-        lease_expires_at = clock_timestamp() + make_interval(secs => run.lease_seconds)
+                           + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:in_turn AS BOOLEAN[])) AS wanted(id, attempt, holder, in_turn)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
@@ -215,7 +217,7 @@ _START_POSTGRES = f"""
       AND run.lease_expires_at > statement_timestamp()
       AND (run.status = 'running' OR NOT (wanted.in_turn AND EXISTS (
           SELECT FROM {RUNS} AS other
-          WHERE other.job = run.job AND other.id <> run.id
+          WHERE other.job = run.job AND other.live AND other.id <> run.id
             AND other.lease_expires_at > statement_timestamp()
             AND (other.status IN ('queued', 'running', 'timed_out')
                  OR (other.status = 'claimed' AND other.period < run.period)))))
