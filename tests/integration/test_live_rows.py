@@ -226,9 +226,11 @@ def _runs_table_scans(connection: Connection, sql: str, parameters: Any) -> list
 def test_live_rows_and_statuses_are_found_through_an_index(
     long_history: Database, sent: list[tuple[str, Any]], lookup: str
 ) -> None:
+    answer = LOOKUPS[lookup](long_history)
     if lookup == "runs of a node found gone" and not long_history.sessions:
-        pytest.skip("a node is found gone by its session lock: PostgreSQL only")
-    LOOKUPS[lookup](long_history)
+        # A node is found gone by its session lock, which SQLite has not: nothing sent.
+        assert (answer, sent) == (0, [])
+        return
     read = [(sql, parameters) for sql, parameters in sent if "scheduler_runs" in sql]
     assert read, f"{lookup}: no statement read the runs table"
     scans = []
