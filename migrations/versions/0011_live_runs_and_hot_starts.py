@@ -43,16 +43,21 @@ def _sqlite() -> bool:
 
 
 def upgrade() -> None:
-    # SQLite adds a stored computed column only by building the table anew.
-    with op.batch_alter_table(
-        "scheduler_runs", recreate="always" if _sqlite() else "auto"
-    ) as batch_op:
-        for name in STATUS_INDEXES:
-            batch_op.drop_index(name)
-        batch_op.add_column(sa.Column("live", sa.Boolean(), sa.Computed(LIVE_SQL, persisted=True)))
-        batch_op.add_column(
-            sa.Column("ended_status", sa.String(16), sa.Computed(ENDED_STATUS_SQL, persisted=True))
-        )
+    for name in STATUS_INDEXES:
+        op.drop_index(name, table_name="scheduler_runs")
+    # PostgreSQL stores a computed column (and rewrites the table to add one); SQLite
+    # adds only a virtual one to a table that exists, computed as it is read (and kept
+    # in the indexes that hold it), which needs no rebuild and so also works as a
+    # script (`scheduler migrate --sql`).
+    stored = not _sqlite()
+    op.add_column(
+        "scheduler_runs",
+        sa.Column("live", sa.Boolean(), sa.Computed(LIVE_SQL, persisted=stored)),
+    )
+    op.add_column(
+        "scheduler_runs",
+        sa.Column("ended_status", sa.String(16), sa.Computed(ENDED_STATUS_SQL, persisted=stored)),
+    )
     for name, columns in LIVE_INDEXES.items():
         op.create_index(
             name,
@@ -72,12 +77,9 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_scheduler_runs_ended_status"), table_name="scheduler_runs")
     for name in LIVE_INDEXES:
         op.drop_index(name, table_name="scheduler_runs")
-    with op.batch_alter_table(
-        "scheduler_runs", recreate="always" if _sqlite() else "auto"
-    ) as batch_op:
-        batch_op.drop_column("ended_status")
-        batch_op.drop_column("live")
-        for name, columns in STATUS_INDEXES.items():
-            batch_op.create_index(name, columns, unique=False)
+    op.drop_column("scheduler_runs", "ended_status")
+    op.drop_column("scheduler_runs", "live")
+    for name, columns in STATUS_INDEXES.items():
+        op.create_index(name, "scheduler_runs", columns)
     if not _sqlite():
         op.execute("ALTER TABLE scheduler_runs RESET (fillfactor)")

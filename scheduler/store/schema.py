@@ -62,7 +62,8 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-# The expressions of the runs table's computed columns, as migration 0011 writes them.
+# The expressions of the runs table's computed columns, as migration 0011 writes them
+# (stored on PostgreSQL; SQLite adds them to an existing table as virtual columns).
 LIVE_SQL = "status IN ('claimed', 'queued', 'running') OR lease_expires_at IS NOT NULL"
 ENDED_STATUS_SQL = "CASE WHEN status IN ('claimed', 'queued', 'running') THEN NULL ELSE status END"
 _live_only: dict[str, Any] = {"postgresql_where": text("live"), "sqlite_where": text("live")}

@@ -48,6 +48,9 @@ def test_three_replicas_alert_once_per_event(tmp_path: Path, postgres_url: str) 
                 row for row in run_rows(postgres_url, "alarming") if row["status"] == "failed"
             ]
             events = stored_events.recent(database, job="alarming", limit=1000)
+            # The every-second `calm` job may have a period skipped on a loaded machine
+            # (its last run not yet recorded), an event of its own, delivered too.
+            held = {row.event.key for row in stored_events.recent(database, limit=10_000)}
         finally:
             database.dispose()
         assert len(failed) >= 3
@@ -60,7 +63,7 @@ def test_three_replicas_alert_once_per_event(tmp_path: Path, postgres_url: str) 
         assert len(delivered & failed_events) >= len(failed_events) // 2
         keys = Counter(request.json()["key"] for request in webhook.requests)
         assert [key for key, times in keys.items() if times > 1] == []
-        assert delivered <= set(keys) <= {row.event.key for row in events}
+        assert delivered <= set(keys) <= held
         for request in webhook.requests:
             assert verify_signature(SECRET, request.body, request.headers["X-Scheduler-Signature"])
         wait_until(lambda: len(sentry.check_ins()) >= 2 * len(failed))
