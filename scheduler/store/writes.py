@@ -197,12 +197,12 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
 
 # The batches below find their rows by `id`. Their status test is written `(…) IS TRUE`,
 # which means the same but no index can serve: right after a burst the statistics are
-# stale (a few claimed rows expected, 10,000 there) and the planner took the status
-# index, reading every claimed row for each batch of 16 (several times slower).
+# stale (a few claimed rows expected, 10,000 there), and the planner once took an index
+# on `status` instead, reading every claimed row for each batch of 16.
 # A row already running under the same fence is this start, tried again: it keeps its
-# started_at and start count. A start leaves the lease as the claim or the last renewal
-# set it: with it, `status` is the only indexed value a start would change, and no index
-# holds `status` (migration 0011), so the start is a HOT update.
+# started_at and start count. A start changes no indexed column (it leaves the lease as
+# the claim or the last renewal set it, and no index holds `status` since migration
+# 0011), so on PostgreSQL it is a HOT update.
 _START_POSTGRES = f"""
     UPDATE {RUNS} AS run SET status = 'running',
         started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
