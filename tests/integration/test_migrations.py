@@ -49,8 +49,8 @@ def test_sqlite_upgrade_matches_metadata(tmp_path) -> None:
 
 
 def test_0011_keeps_every_run_and_computes_what_is_live(database_url: str) -> None:
-    """The runs table rebuilt (SQLite) or rewritten (PostgreSQL) keeps its rows, and
-    the computed columns say what each one is."""
+    """The runs table, rewritten (PostgreSQL) or given virtual columns in place
+    (SQLite), keeps its rows, and the computed columns say what each one is."""
     database = open_database(database_url)
     try:
         migrate.downgrade(database, "0010")
