@@ -1,6 +1,8 @@
 """The long-lived loop: sleep until something is due, claim it in one batch, dispatch.
 
 The loop wakes at the earliest of "next period" and "stop requested"; it never polls.
+A large instant wakes it half a second earlier too, to make that instant's batch ready
+(PREPARE_AHEAD_S); it is claimed at its time all the same.
 Side threads (heartbeat, recovery, catch-up, requests, pruner) are supervised: if one
 of them dies, the node stops rather than run without it.
 
@@ -59,6 +61,13 @@ CLAIM_RETRY_S = 1.0
 EARLY_WARNING_S = 60.0
 # Periods this node could not claim for this long (database down) are left to catch-up.
 LATE_LIMIT = timedelta(minutes=5)
+# An instant with at least PREPARE_MIN periods due is taken off the schedule this long
+# before it comes: its periods are sorted into this node's share and the peers', what a
+# claim needs is made for each, and the threads its runs need are started, while the
+# node waits rather than in the instant, where that work delays the claims and starts
+# of the burst itself (bench b). A smaller instant is not worth the extra wake-up.
+PREPARE_AHEAD_S = 0.5
+PREPARE_MIN = 100
 # Allocations between young-generation collections (CPython's default is 700). A short
 # run allocates a few hundred objects and frees nearly all of them by reference count,
 # so collecting every 700 allocations was a large share of a run's CPU (bench/run_path
@@ -294,39 +303,69 @@ class Daemon:
         # Periods of this node's share, and any a database fault kept for another try.
         pending: list[Due] = []
         # Periods of the peers' shares: (when to look at them, the periods).
-        handed: deque[tuple[float, list[tuple[Job, datetime]]]] = deque()
+        handed: deque[tuple[float, list[Due]]] = deque()
+        # Instants taken off the schedule, their periods sorted, by claim time.
+        prepared: dict[datetime, Instant] = {}
         while not self._stop.is_set():
             now = self._clock.now()
-            theirs: list[tuple[Job, datetime]] = []
-            mine = self.peers.mine
-            for job, period in upcoming.pop_due(now):
-                # What a claim needs is made for this node's share now, for the others'
-                # once they are looked at (most often never: their owners claim them).
-                if mine(job.name):
-                    pending.append(job.due(period))
-                else:
-                    theirs.append((job, period))
-            if theirs:
-                handed.append((time.monotonic() + HANDOFF_S, theirs))
-            looked: list[tuple[Job, datetime]] = []
+            self._prepare(upcoming, now, prepared)
+            for at in sorted(at for at in prepared if at <= now):
+                instant = prepared.pop(at)
+                pending += instant.mine
+                if instant.theirs:
+                    handed.append((time.monotonic() + HANDOFF_S, instant.theirs))
+            looked: list[Due] = []
             # After a failed claim the peers are likely stuck too: their shares are
             # looked at now, so that the backlog is claimed in one batch once the
             # database answers (periods claimed together do not skip each other).
             while handed and (self._retrying or handed[0][0] <= time.monotonic()):
                 looked += handed.popleft()[1]
-            batch = pending + self._left_over([job.due(period) for job, period in looked])
+            batch = pending + self._left_over(looked)
             pending = self._claim(batch, now, retried=self._retrying)
             self._retrying = bool(pending)
             waits = [CLAIM_RETRY_S] if pending else []
             summary_in = self._summary.tell()
             if summary_in is not None:
                 waits.append(summary_in)
-            next_due = upcoming.next_due()
-            if next_due is not None:
-                waits.append((next_due - self._clock.now()).total_seconds())
+            if prepared:
+                waits.append((min(prepared) - self._clock.now()).total_seconds())
+            following = upcoming.next_instant()
+            if following is not None:
+                at, periods = following
+                ahead = PREPARE_AHEAD_S if periods >= PREPARE_MIN else 0.0
+                waits.append((at - self._clock.now()).total_seconds() - ahead)
             if handed:
                 waits.append(handed[0][0] - time.monotonic())
             self._stop.wait(max(0.0, min(waits)) if waits else None)
+
+    def _prepare(
+        self, upcoming: Upcoming, now: datetime, prepared: dict[datetime, Instant]
+    ) -> None:
+        """Take off the schedule what is due by now, and the next instant ahead of time
+        if it is large (PREPARE_AHEAD_S); sort each instant's periods into this node's
+        share and the peers', with what a claim needs made for each."""
+        horizon = now
+        following = upcoming.next_instant()
+        if following is not None:
+            at, periods = following
+            if periods >= PREPARE_MIN and (at - now).total_seconds() <= PREPARE_AHEAD_S:
+                horizon = max(now, at)
+        mine = self.peers.mine
+        for at, job, period in upcoming.pop_until(horizon):
+            instant = prepared.get(at)
+            if instant is None:
+                instant = prepared[at] = Instant([], [])
+            (instant.mine if mine(job.name) else instant.theirs).append(job.due(period))
+        for at, instant in prepared.items():
+            if at > now and not instant.warmed:
+                instant.warmed = True
+                self.dispatcher.prepare(len(instant.mine))
+                self._log.debug(
+                    "instant_prepared",
+                    at=at.isoformat(),
+                    periods=len(instant.mine) + len(instant.theirs),
+                    here=len(instant.mine),
+                )
 
     def _left_over(self, theirs: list[Due]) -> list[Due]:
         """What the peers' shares still lack; all of it if the database cannot say."""
@@ -480,6 +519,17 @@ class Daemon:
             self._log.warning("node_stop_unrecorded", error=error.message)
         if self._liveness is not None:
             self._liveness.close()
+
+
+@dataclass
+class Instant:
+    """The periods due at one claim time, taken off the schedule: this node's share and
+    the peers' (looked at after HANDOFF_S)."""
+
+    mine: list[Due]
+    theirs: list[Due]
+    # Its runs' threads were started ahead of it (`Dispatcher.prepare`).
+    warmed: bool = False
 
 
 class Summary:

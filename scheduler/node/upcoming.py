@@ -1,7 +1,9 @@
 """When is each job next due: a heap of (claim time, period, job), popped an instant at a time.
 
 A job with `jitter` is claimed a deterministic delay after its period, derived from
-(job, period), so jobs that share a schedule spread out; the period stays nominal.
+(job, period), so jobs that share a schedule spread out; the period stays nominal. The
+heap also counts the periods due at each claim time, so that the daemon knows ahead of
+an instant whether it is worth preparing (see `scheduler.node.daemon.PREPARE_AHEAD_S`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Upcoming:
     def __init__(self, jobs: Iterable[Job], now: datetime) -> None:
         self._jobs = {job.name: job for job in jobs}
         self._heap: list[tuple[datetime, datetime, str]] = []
+        # How many entries of the heap share each claim time.
+        self._counts: dict[datetime, int] = {}
         # Popped (job, period) whose next period is not computed yet; see pop_due.
         self._popped: list[tuple[Job, datetime]] = []
         for job in self._jobs.values():
@@ -38,24 +42,45 @@ class Upcoming:
         if period is not None:
             due = period + jitter_delay(job, period) if job.policy.jitter else period
             heapq.heappush(self._heap, (due, period, job.name))
+            self._counts[due] = self._counts.get(due, 0) + 1
 
     def next_due(self) -> datetime | None:
         self._reschedule()
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now: datetime) -> list[tuple[Job, datetime]]:
-        """Every (job, period) whose claim time is at or before `now`.
+    def next_instant(self) -> tuple[datetime, int] | None:
+        """The next claim time and how many periods are due at it."""
+        self._reschedule()
+        if not self._heap:
+            return None
+        due = self._heap[0][0]
+        return due, self._counts[due]
 
-        Each job is rescheduled after its period by the next call of `next_due` or
-        `pop_due`, not here: computing the fire times of thousands of jobs due at once
-        is slow next to claiming them, and the daemon claims the periods first.
+    def pop_due(self, now: datetime) -> list[tuple[Job, datetime]]:
+        """Every (job, period) whose claim time is at or before `now`."""
+        return [(job, period) for _, job, period in self.pop_until(now)]
+
+    def pop_until(self, horizon: datetime) -> list[tuple[datetime, Job, datetime]]:
+        """Every (claim time, job, period) whose claim time is at or before `horizon`,
+        earliest first.
+
+        Each job is rescheduled after its period by the next call of `next_due`,
+        `next_instant` or a pop, not here: computing the fire times of thousands of jobs
+        due at once is slow next to claiming them, and the daemon claims the periods
+        first.
         """
         self._reschedule()
-        due: list[tuple[Job, datetime]] = []
-        while self._heap and self._heap[0][0] <= now:
-            _, period, name = heapq.heappop(self._heap)
-            due.append((self._jobs[name], period))
-        self._popped = due.copy()
+        due: list[tuple[datetime, Job, datetime]] = []
+        heap, counts = self._heap, self._counts
+        while heap and heap[0][0] <= horizon:
+            at, period, name = heapq.heappop(heap)
+            left = counts[at] - 1
+            if left:
+                counts[at] = left
+            else:
+                del counts[at]
+            due.append((at, self._jobs[name], period))
+        self._popped = [(job, period) for _, job, period in due]
         return due
 
     def _reschedule(self) -> None:

@@ -135,6 +135,12 @@ class Dispatcher:
                 self._launch(active)
         return active.future
 
+    def prepare(self, runs: int) -> None:
+        """`runs` periods of this node are due in a moment: have the threads they will
+        need ready before the instant rather than start them in it."""
+        if not self._stopping.is_set():
+            self._pool.warm(runs)
+
     def reserve(self, jobs: Sequence[str]) -> list[str]:
         """Of these jobs (due now, at most one period each), those whose next period a
         worker is set aside for, so that its claim may mark it running at once: local

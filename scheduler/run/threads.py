@@ -5,7 +5,8 @@ and its idle count is a semaphore built on a condition, taken on each call and g
 back after it: a few µs a run on a path a burst takes ten thousand times, for results
 nobody reads (a run reports its end through the dispatcher). Here a call is a tuple on
 one queue that the threads block on, and a thread is started only when every thread
-there is busy, up to the worker count: an idle node keeps none it never needed.
+there is busy, up to the worker count, or ahead of many runs due at once (`warm`): an
+idle node keeps none it never needed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ class RunThreads:
             name = f"{self._prefix}_{number - 1}"
             threading.Thread(target=self._serve, name=name, daemon=True).start()
         self._calls.put((function, args))
+
+    def warm(self, calls: int) -> None:
+        """Start the threads that `calls` submitted at once would need, now: starting a
+        thread waits for it to run, which in a burst means waiting for the GIL behind
+        the claims and runs of the burst itself."""
+        with self._lock:
+            if self._closed:
+                return
+            wanted = min(calls, self._count) - self._threads
+            first = self._threads
+            self._threads += max(0, wanted)
+        for number in range(first, first + wanted):
+            threading.Thread(
+                target=self._serve, name=f"{self._prefix}_{number}", daemon=True
+            ).start()
 
     def shutdown(self) -> None:
         """Calls not yet begun are dropped; each thread ends after the call it is in."""

@@ -93,3 +93,22 @@ def test_a_call_that_raises_leaves_its_thread_serving() -> None:
         time.sleep(0.01)
     assert served == ["raise_0"]
     threads.shutdown()
+
+
+def test_warmed_threads_are_started_ahead_up_to_the_count_and_then_reused() -> None:
+    threads = RunThreads(4, "warm")
+    threads.warm(2)
+    assert sorted(thread.name for thread in named("warm_")) == ["warm_0", "warm_1"]
+    threads.warm(10)
+    assert len(named("warm_")) == 4
+    threads.warm(1)  # fewer than it has: nothing to start
+    assert len(named("warm_")) == 4
+    done = [threading.Event() for _ in range(4)]
+    for event in done:
+        threads.submit(event.set)
+    assert all(event.wait(WAIT_S) for event in done)
+    assert sorted(thread.name for thread in named("warm_")) == [f"warm_{n}" for n in range(4)]
+    threads.shutdown()
+    for thread in named("warm_"):
+        thread.join(WAIT_S)
+    assert named("warm_") == []

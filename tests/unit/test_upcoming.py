@@ -67,3 +67,27 @@ def test_periods_due_together_are_popped_before_their_jobs_are_rescheduled() -> 
     popped = [upcoming.pop_due(later) for _ in range(4)]
     assert popped == [[(ticker, NOW + timedelta(seconds=s))] for s in (1, 2, 3)] + [[]]
     assert upcoming.next_due() == NOW + timedelta(seconds=4)
+
+
+def test_the_next_instant_says_how_many_periods_are_due_at_it() -> None:
+    """What the daemon reads to decide whether an instant is worth preparing ahead."""
+    jobs = [_job(f"hourly-{n}") for n in range(120)] + [_job("daily", "0 0 * * *")]
+    upcoming = Upcoming(jobs, NOW)
+    assert upcoming.next_instant() == (NOW + timedelta(hours=1), 120)
+    popped = upcoming.pop_until(NOW + timedelta(hours=1))
+    assert {(at, period) for at, _, period in popped} == {
+        (NOW + timedelta(hours=1), NOW + timedelta(hours=1))
+    }
+    assert len(popped) == 120
+    assert upcoming.next_instant() == (NOW + timedelta(hours=2), 120)
+    for _ in range(10):  # 14:00 to 23:00
+        upcoming.pop_until(upcoming.next_due() or NOW)
+    assert upcoming.next_instant() == (datetime(2026, 12, 1, 0, 0, tzinfo=UTC), 121)
+
+
+def test_a_jittered_period_pops_with_its_claim_time_and_counts_there() -> None:
+    spread = _job("spread", jitter="10m")
+    upcoming = Upcoming([spread], NOW - timedelta(minutes=1))
+    claim_at = NOW + jitter_delay(spread, NOW)
+    assert upcoming.next_instant() == (claim_at, 1)
+    assert upcoming.pop_until(claim_at) == [(claim_at, spread, NOW)]
