@@ -42,6 +42,9 @@ class Watch(Protocol):
 
 
 class RunObserver(Protocol):
+    """An observer may also have `idle() -> bool`, asked at each start: True leaves it
+    out of that attempt (a tracer with no provider set up; see `run.observers.live`)."""
+
     def started(self, job: Job, claim: Claim, node: str) -> Watch | None:
         """The attempt's function is about to be called here; None to not watch it."""
 

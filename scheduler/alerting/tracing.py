@@ -34,6 +34,17 @@ class Tracing:
 
     def __init__(self, provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=provider)
+        self._given = provider is not None
+
+    def idle(self) -> bool:
+        """No tracer provider is set up, nor was one given: every span would be a no-op
+        and carry no ids, so the run path leaves this observer out (a node with the
+        extra installed and no provider runs as one without it). Asked at each start:
+        a provider set up later, by a job module say, is used from then on."""
+        if self._given:
+            return False
+        provider = trace.get_tracer_provider()
+        return isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
     def started(self, job: Job, claim: Claim, node: str) -> _RunSpan:
         span = self._tracer.start_span(

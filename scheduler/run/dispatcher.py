@@ -208,11 +208,12 @@ class Dispatcher:
         # A start leaves the lease as it was: the claim or the last renewal set it, and
         # they moved the watch's deadlines too.
         begun = [active for active in here if results[active.claim.key] is Started.STARTED]
-        if begun and not self._observers:
+        if begun and not observers.live(self._observers):
             # Said here, in one write, before the workers get them: a worker that wrote
             # its own line gave up the GIL and took the handler's lock in the middle of
             # a burst, where both are contended (bench.run_path: 0.78 of the CPU a run).
-            # With observers the worker says it, with the trace ids they bind.
+            # With observers watching (`observers.live`) the worker says it, with the
+            # trace ids they bind.
             with logs.together():
                 for active in begun:
                     active.context.log.info("run_started", origin=active.claim.origin.value)
@@ -265,7 +266,9 @@ class Dispatcher:
             if active.phase is not Phase.WAITING:  # given back meanwhile
                 return False
             active.phase = Phase.RUNNING
-        watching = observers.begin(self._observers, job, claim, self._node_id, context.log)
+        watching = observers.begin(
+            observers.live(self._observers), job, claim, self._node_id, context.log
+        )
         if watching.fields:  # a trace's ids, on every line of the run from here on
             context = replace(
                 context, log=context.log.bind(**watching.fields), trace=watching.fields

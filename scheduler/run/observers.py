@@ -19,7 +19,7 @@ from scheduler.alerting.observer import Ending, RunObserver, Watch
 from scheduler.model import Claim
 from scheduler.registry import Job
 
-__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin", "sending"]
+__all__ = ["Ending", "RunObserver", "Watch", "Watching", "begin", "live", "sending"]
 
 
 @dataclass
@@ -54,6 +54,19 @@ class Watching:
                 watch.ended(ending)
             except Exception:
                 self.log.exception("observer_failed", stage="ended")
+
+
+def live(observers: Sequence[RunObserver]) -> list[RunObserver]:
+    """The observers that would watch an attempt started now. One that says it is idle
+    (`idle()`: a tracer with no provider set up, whose spans would be no-ops) is left
+    out, so that a node nothing watches takes the run path of a node with no observer:
+    its run_started lines said together by the starter, no watch made a run."""
+    return [observer for observer in observers if not _idle(observer)]
+
+
+def _idle(observer: RunObserver) -> bool:
+    idle = getattr(observer, "idle", None)
+    return bool(idle()) if callable(idle) else False
 
 
 def begin(

@@ -5,6 +5,8 @@ current inside the job; Sentry Crons check-ins sent by the real SDK to a receive
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -205,3 +207,55 @@ def test_sentry_check_ins_follow_the_period_not_the_attempt(
     }
     assert configs["cleanup", "error"]["timezone"] == "Europe/Paris"
     assert monitor_slug("Jobs.Billing Nightly") == "jobs-billing-nightly"
+
+
+IDLE_UNTIL_A_PROVIDER = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from scheduler.alerting.tracing import Tracing
+from scheduler.run.observers import live
+
+tracing = Tracing()
+before = (tracing.idle(), live([tracing]) == [])
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+trace.set_tracer_provider(provider)
+after = (tracing.idle(), live([tracing]) == [tracing])
+tracing._tracer.start_span("run late").end()
+print(before, after, [span.name for span in spans.get_finished_spans()])
+"""
+
+
+def test_a_tracer_with_no_provider_is_idle_until_one_is_set_up() -> None:
+    """With the extra installed and no provider, spans would be no-ops: the run path
+    leaves the tracer out. A provider set up later (the process-wide one can be set
+    once, hence a process of its own) is used from then on by the same observer."""
+    done = subprocess.run(
+        [sys.executable, "-c", IDLE_UNTIL_A_PROVIDER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "(True, True) (False, True) ['run late']"
+
+
+def test_a_run_with_an_idle_tracer_runs_as_with_none(database: Database) -> None:
+    assert not isinstance(trace.get_tracer_provider(), TracerProvider)  # none set up here
+    ran: list[str] = []
+
+    @job(cron="* * * * *", name="plain")
+    def plain(ctx: RunContext) -> None:
+        ran.append(ctx.run_id)
+
+    with capture_logs() as lines:
+        _run(database, {"plain": plain}, [Tracing()])
+    row = queries.run_mapping(database, "plain", PERIOD)
+    assert row is not None
+    assert (ran, row["status"]) == ([row["id"]], RunStatus.SUCCEEDED)
+    said = [line for line in lines if line.get("job") == "plain"]
+    assert [line["event"] for line in said] == ["run_started", "run_succeeded"]
+    assert all("trace_id" not in line for line in said)
