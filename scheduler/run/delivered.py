@@ -176,7 +176,8 @@ class WorkerRuns:
         claim = delivery.claim
         assert claim is not None
         with extracted_context(trace):  # the node's send span is the parent
-            watching = run_observers.begin(self._observers, job, claim, claim.holder, log)
+            watched = run_observers.live(self._observers)
+            watching = run_observers.begin(watched, job, claim, claim.holder, log)
         log = log.bind(**watching.fields)
         context = run_context(claim, node=claim.holder, database=self._database, log=log)
         if watching.fields:
