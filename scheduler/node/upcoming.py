@@ -31,8 +31,9 @@ class Upcoming:
         self._heap: list[tuple[datetime, datetime, str]] = []
         # How many entries of the heap share each claim time.
         self._counts: dict[datetime, int] = {}
-        # Popped (job, period) whose next period is not computed yet; see pop_due.
-        self._popped: list[tuple[Job, datetime]] = []
+        # Popped (claim time, job, period) whose next period is not computed yet; see
+        # pop_until.
+        self._popped: list[tuple[datetime, Job, datetime]] = []
         for job in self._jobs.values():
             # Periods whose jitter has not yet run out are still this loop's to claim.
             self._push(job, now - job.policy.jitter)
@@ -44,10 +45,6 @@ class Upcoming:
             heapq.heappush(self._heap, (due, period, job.name))
             self._counts[due] = self._counts.get(due, 0) + 1
 
-    def next_due(self) -> datetime | None:
-        self._reschedule()
-        return self._heap[0][0] if self._heap else None
-
     def next_instant(self) -> tuple[datetime, int] | None:
         """The next claim time and how many periods are due at it."""
         self._reschedule()
@@ -56,16 +53,12 @@ class Upcoming:
         due = self._heap[0][0]
         return due, self._counts[due]
 
-    def pop_due(self, now: datetime) -> list[tuple[Job, datetime]]:
-        """Every (job, period) whose claim time is at or before `now`."""
-        return [(job, period) for _, job, period in self.pop_until(now)]
-
     def pop_until(self, horizon: datetime) -> list[tuple[datetime, Job, datetime]]:
         """Every (claim time, job, period) whose claim time is at or before `horizon`,
         earliest first.
 
-        Each job is rescheduled after its period by the next call of `next_due`,
-        `next_instant` or a pop, not here: computing the fire times of thousands of jobs
+        Each job is rescheduled after its period by the next call of `next_instant`
+        or `pop_until`, not here: computing the fire times of thousands of jobs
         due at once is slow next to claiming them, and the daemon claims the periods
         first.
         """
@@ -80,10 +73,10 @@ class Upcoming:
             else:
                 del counts[at]
             due.append((at, self._jobs[name], period))
-        self._popped = [(job, period) for _, job, period in due]
+        self._popped = due.copy()
         return due
 
     def _reschedule(self) -> None:
-        for job, period in self._popped:
+        for _, job, period in self._popped:
             self._push(job, period)
         self._popped.clear()

@@ -38,10 +38,9 @@ class RunThreads:
             grow = self._busy > self._threads and self._threads < self._count
             if grow:
                 self._threads += 1
-                number = self._threads
+                number = self._threads - 1
         if grow:
-            name = f"{self._prefix}_{number - 1}"
-            threading.Thread(target=self._serve, name=name, daemon=True).start()
+            self._start(number)
         self._calls.put((function, args))
 
     def warm(self, calls: int) -> None:
@@ -51,13 +50,14 @@ class RunThreads:
         with self._lock:
             if self._closed:
                 return
-            wanted = min(calls, self._count) - self._threads
             first = self._threads
-            self._threads += max(0, wanted)
-        for number in range(first, first + wanted):
-            threading.Thread(
-                target=self._serve, name=f"{self._prefix}_{number}", daemon=True
-            ).start()
+            self._threads = max(first, min(calls, self._count))
+            last = self._threads
+        for number in range(first, last):
+            self._start(number)
+
+    def _start(self, number: int) -> None:
+        threading.Thread(target=self._serve, name=f"{self._prefix}_{number}", daemon=True).start()
 
     def shutdown(self) -> None:
         """Calls not yet begun are dropped; each thread ends after the call it is in."""

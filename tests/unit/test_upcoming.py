@@ -10,6 +10,16 @@ from scheduler.registry import Job, job
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
+def _next_due(upcoming: Upcoming) -> datetime | None:
+    following = upcoming.next_instant()
+    return following[0] if following else None
+
+
+def _pop_due(upcoming: Upcoming, now: datetime) -> list[tuple[Job, datetime]]:
+    """The (job, period) pairs due by `now`, as the daemon takes them off the heap."""
+    return [(job, period) for _, job, period in upcoming.pop_until(now)]
+
+
 def _job(name: str, cron: str = "0 * * * *", jitter: str | int = 0) -> Job:
     return job(cron, name=name, jitter=jitter)(lambda: None)
 
@@ -17,12 +27,12 @@ def _job(name: str, cron: str = "0 * * * *", jitter: str | int = 0) -> Job:
 def test_jobs_due_at_the_same_instant_pop_together_and_reschedule() -> None:
     jobs = [_job(f"hourly-{n}") for n in range(50)] + [_job("daily", "0 0 * * *")]
     upcoming = Upcoming(jobs, NOW)
-    assert upcoming.next_due() == NOW + timedelta(hours=1)
-    assert upcoming.pop_due(NOW + timedelta(minutes=59)) == []
-    due = upcoming.pop_due(NOW + timedelta(hours=1))
+    assert _next_due(upcoming) == NOW + timedelta(hours=1)
+    assert _pop_due(upcoming, NOW + timedelta(minutes=59)) == []
+    due = _pop_due(upcoming, NOW + timedelta(hours=1))
     assert len(due) == 50
     assert {period for _, period in due} == {NOW + timedelta(hours=1)}
-    assert upcoming.next_due() == NOW + timedelta(hours=2)
+    assert _next_due(upcoming) == NOW + timedelta(hours=2)
 
 
 def test_jitter_is_deterministic_and_within_range() -> None:
@@ -46,27 +56,27 @@ def test_a_jittered_period_is_claimed_late_but_keeps_its_instant() -> None:
     spread = _job("spread", jitter="10m")
     upcoming = Upcoming([spread], NOW - timedelta(minutes=1))
     claim_at = NOW + jitter_delay(spread, NOW)
-    assert upcoming.next_due() == claim_at
-    assert upcoming.pop_due(claim_at - timedelta(milliseconds=1)) == []
-    assert upcoming.pop_due(claim_at) == [(spread, NOW)]
+    assert _next_due(upcoming) == claim_at
+    assert _pop_due(upcoming, claim_at - timedelta(milliseconds=1)) == []
+    assert _pop_due(upcoming, claim_at) == [(spread, NOW)]
 
 
 def test_a_period_whose_jitter_has_not_passed_at_start_is_still_claimed() -> None:
     spread = _job("spread", jitter="10m")
     period = NOW  # due now, to be claimed up to ten minutes later
     upcoming = Upcoming([spread], NOW + jitter_delay(spread, period) - timedelta(seconds=1))
-    assert upcoming.pop_due(NOW + timedelta(minutes=10)) == [(spread, period)]
+    assert _pop_due(upcoming, NOW + timedelta(minutes=10)) == [(spread, period)]
 
 
 def test_periods_due_together_are_popped_before_their_jobs_are_rescheduled() -> None:
-    """The daemon claims what pop_due returned before the next fire times are computed;
+    """The daemon claims what pop_until returned before the next fire times are computed;
     a job with several periods due gives them one call at a time, in order."""
     ticker = _job("ticker", "* * * * * *")
     upcoming = Upcoming([ticker], NOW)
     later = NOW + timedelta(seconds=3)
-    popped = [upcoming.pop_due(later) for _ in range(4)]
+    popped = [_pop_due(upcoming, later) for _ in range(4)]
     assert popped == [[(ticker, NOW + timedelta(seconds=s))] for s in (1, 2, 3)] + [[]]
-    assert upcoming.next_due() == NOW + timedelta(seconds=4)
+    assert _next_due(upcoming) == NOW + timedelta(seconds=4)
 
 
 def test_the_next_instant_says_how_many_periods_are_due_at_it() -> None:
@@ -81,7 +91,7 @@ def test_the_next_instant_says_how_many_periods_are_due_at_it() -> None:
     assert len(popped) == 120
     assert upcoming.next_instant() == (NOW + timedelta(hours=2), 120)
     for _ in range(10):  # 14:00 to 23:00
-        upcoming.pop_until(upcoming.next_due() or NOW)
+        upcoming.pop_until(_next_due(upcoming) or NOW)
     assert upcoming.next_instant() == (datetime(2026, 12, 1, 0, 0, tzinfo=UTC), 121)
 
 
