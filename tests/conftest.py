@@ -12,6 +12,7 @@ import pytest
 from scheduler.store import migrate
 from scheduler.store.database import Database, open_database
 from tests.databases import postgres_database
+from tests.postgres_cluster import Cluster, throwaway_cluster
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +67,10 @@ def database(database_url: str) -> Iterator[Database]:
     opened = open_database(database_url)
     yield opened
     opened.dispose()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """A PostgreSQL server of the test's own, migrated, to restart, stop or freeze."""
+    with throwaway_cluster() as server:
+        yield server
