@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
@@ -150,14 +150,10 @@ class Cluster:
 
     def destroy(self) -> None:
         if self.running():
-            try:
+            with suppress(OSError, ValueError):
                 self.thaw()
-            except (OSError, ValueError):
-                pass
-            try:
+            with suppress(RuntimeError):
                 self.stop("immediate")
-            except RuntimeError:
-                pass
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
