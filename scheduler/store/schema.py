@@ -201,6 +201,12 @@ nodes = Table(
     # on a connection of its own for as long as it lives. Its absence from pg_locks means
     # the node is gone (its runs are retaken at once). NULL: the lease alone decides.
     Column("liveness_key", Integer),
+    # When the node took the lock under `liveness_key`, by the database clock: a peer
+    # whose own lock is older and still held knows this one was held while it watched.
+    Column("liveness_since", UTCDateTime()),
+    # The process itself (boot, pid namespace, pid, start time, see `model.NodeIdentity`):
+    # evidence that an earlier incarnation on this host is gone which a pid alone is not.
+    Column("process", String(200)),
 )
 
 items = Table(
