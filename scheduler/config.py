@@ -74,16 +74,21 @@ def node_identity(name: str | None) -> NodeIdentity:
     import secrets  # noqa: PLC0415
     import socket  # noqa: PLC0415
 
+    from scheduler import identity  # noqa: PLC0415
     from scheduler.model import NodeIdentity  # noqa: PLC0415
 
     host, pid = socket.gethostname(), os.getpid()
-    node_name = name or f"{host}-{pid}"
+    token = secrets.token_hex(3)
+    # The default name is this process's alone: two containers may share a hostname
+    # and both be pid 1. A name given (a pod's, a unit's) is kept across restarts, and
+    # the id made unique.
     return NodeIdentity(
-        id=f"{node_name}-{secrets.token_hex(3)}",
-        name=node_name,
+        id=f"{name}-{token}" if name else f"{host}-{pid}-{token}",
+        name=name or f"{host}-{pid}-{token}",
         host=host,
         pid=pid,
         version=_version(),
+        process=identity.current(),
     )
 
 

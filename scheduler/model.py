@@ -72,6 +72,8 @@ class NodeIdentity:
     host: str
     pid: int
     version: str
+    # Evidence naming this very process (`scheduler.identity`); None where none exists.
+    process: str | None = None
 
 
 @dataclass(frozen=True)

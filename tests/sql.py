@@ -47,3 +47,11 @@ def table_names(connection: Connection) -> set[str]:
     else:
         sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
     return set(connection.execute(sql).scalars())
+
+
+def started_at(database: Database, run_id: str, moment: Any) -> None:
+    """Say the run's body started at `moment`. Tests write periods as fixed instants of
+    the past; overlap skips a period only behind a body that was running when the
+    period fell due, so a test of a skip dates its running body back to its period."""
+    with database.transaction() as connection:
+        assert update(connection, "scheduler_runs", {"id": run_id}, started_at=moment) == 1

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import config, logs, metrics
+from scheduler import config, identity, logs, metrics
 from scheduler.durations import parse_duration
 from scheduler.model import ClaimResult, Due, NodeIdentity
 from scheduler.node import liveness
@@ -35,7 +35,7 @@ from scheduler.node.liveness import Liveness
 from scheduler.node.liveness import Mode as LivenessMode
 from scheduler.node.peers import HANDOFF_S, Peers, jobs_digest
 from scheduler.node.pruner import Pruner
-from scheduler.node.recovery import Recovery
+from scheduler.node.recovery import CONFIRM_S, Recovery
 from scheduler.node.requests import Requests
 from scheduler.node.upcoming import Upcoming
 from scheduler.node.wakeups import Mode as WakeupMode
@@ -138,6 +138,7 @@ class Daemon:
         self.dispatcher = Dispatcher(
             database, jobs, node.id, settings.workers, self._log, observers=observers
         )
+        self.dispatcher.liveness_grace = CONFIRM_S - liveness.RESTORE_WITHIN_S
         self._wakeups = Wakeups(self._log)
         self._watch: Watch | None = None
         self.peers = Peers(node.id)
@@ -162,6 +163,7 @@ class Daemon:
             log=self._log,
             peers=self.peers,
             wakeups=self._wakeups,
+            own_key=self._liveness_key,
         )
         self._requests = Requests(
             database=database,
@@ -200,6 +202,10 @@ class Daemon:
             if settings.retention
             else None
         )
+
+    def _liveness_key(self) -> int | None:
+        """The liveness lock this node holds now, if any."""
+        return self._liveness.key if self._liveness is not None else None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -268,7 +274,7 @@ class Daemon:
             database=self._database,
             node_id=self._node.id,
             lock=lock,
-            lost=self.dispatcher.lose_all,
+            give_up=self.dispatcher.lose_all,
             log=self._log,
             halt=self._stop,
             wakeups=self._wakeups,
@@ -287,12 +293,16 @@ class Daemon:
         return key
 
     def _supersede_earlier(self) -> None:
-        """An earlier incarnation of this node (same name and host) that died without
-        saying so is dead for sure: mark it stopped and let its runs be taken at once."""
+        """An earlier incarnation of this node (same name and host) whose process has
+        surely ended without saying so: mark it stopped and let its runs be taken at
+        once. Only on evidence that names the process itself (`identity.ended`): never a
+        pid alone, never one whose liveness lock is held; a row from another container
+        or boot is left to the lease and to the peers."""
         dead = [
             previous.id
             for previous in nodes.earlier_incarnations(self._database, self._node)
-            if nodes.is_dead(previous, self._node)
+            if not (previous.liveness_key is not None and previous.lock_held)
+            and identity.ended(previous.process)
         ]
         if dead:
             released = nodes.supersede(self._database, dead)
@@ -403,7 +413,12 @@ class Daemon:
         due, slots = self._set_workers_aside(due)
         try:
             result = claims.claim(
-                self._database, due, self._node.id, committed=committed.append, adopt=retried
+                self._database,
+                due,
+                self._node.id,
+                committed=committed.append,
+                adopt=retried,
+                returned=self.dispatcher.returned(),
             )
         except StoreError as error:
             self._log.warning("claim_failed", error=error.message, periods=len(due))

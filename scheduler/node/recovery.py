@@ -5,11 +5,17 @@ node's run is retaken right after its lease ends. When polling (see
 `scheduler.node.wakeups`) it also looks every `interval`; with wake-ups it sleeps until
 told (a notification, or a deadline the heartbeat read) and looks only then.
 
-On PostgreSQL it also looks, each pass, for nodes whose liveness lock is gone (their
-process ended): once a node has been gone for NOTICE_S (time for a live holder whose
-session merely dropped to notice and give its runs up first), their leases are ended
-and its runs taken over in the same pass, and its share of the due periods is claimed
-by the others from then on.
+On PostgreSQL it also looks, each pass, for nodes whose liveness lock is gone. A lock
+goes when its process dies, but also when its session merely ends (a restart, a
+terminated backend, a proxy), so it is taken for a death only when the evidence is
+unambiguous: it vanished while this node's own lock was held all along (the other
+took its lock after this node's own, or a heartbeat saw it held under this node's
+current lock), and it stayed gone, its row naming it still, for CONFIRM_S while this
+node's own lock stayed the same. A live holder whose session ended takes a new lock
+within that (or gives its runs up first, see `scheduler.node.liveness`). Then the dead
+node's leases are ended and its runs taken over in the same pass, and its share of the
+due periods is claimed by the others from then on. A lock that went during this node's
+own outage (a database restart) proves nothing: the lease decides.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from structlog.typing import FilteringBoundLogger
 
@@ -30,6 +36,7 @@ from scheduler.states import RunStatus
 from scheduler.store import nodes, takeover
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
+from scheduler.store.nodes import Watched
 from scheduler.supervision import SideThread
 
 # A run whose node died may be taken over this many times beyond its retries, so
@@ -45,10 +52,13 @@ BATCH = 100
 # Waking a little after the deadline keeps a pass from finding a lease that is
 # still valid by a few milliseconds.
 SETTLE_S = 0.05
-# How long a node's liveness lock must have been gone before its runs are taken: a
-# holder whose session ended while it lives hears of it at once (its socket closes)
-# and gives its runs up in milliseconds.
-NOTICE_S = 0.5
+# How long a node's liveness lock must have been gone, while this node's own was held,
+# before its runs are taken: a live holder whose session ended takes a new lock well
+# within it, or, cut off, gives its runs up `liveness.RESTORE_WITHIN_S` after its loss,
+# leaving a body that watches `ctx.cancelled` a second to stop.
+CONFIRM_S = 1.5
+# How long a lock seen held under this node's own is remembered as seen.
+SEEN_KEEP_S = 600.0
 # With wake-ups, the longest sleep between passes when nothing is known to be due: the
 # heartbeat re-reads every deadline each beat, so this is only a last resort.
 SWEEP_S = 300.0
@@ -67,6 +77,7 @@ class Recovery(SideThread):
         log: FilteringBoundLogger,
         peers: Peers | None = None,
         wakeups: Wakeups | None = None,
+        own_key: Callable[[], int | None] = lambda: None,
     ) -> None:
         super().__init__("recovery", stop, log)
         self._database = database
@@ -79,9 +90,15 @@ class Recovery(SideThread):
         self._wakeups = wakeups
         if wakeups is not None:
             wakeups.recovery = self
-        # Nodes seen gone, and since when (this process's monotonic clock).
-        self._gone_since: dict[str, float] = {}
-        self._released: set[str] = set()
+        # This node's liveness lock held now (None: none, or being taken again).
+        self._own_key = own_key
+        # Locks seen gone: since when (this process's monotonic clock), and under which
+        # of this node's own locks.
+        self._gone_since: dict[tuple[str, int], tuple[float, int | None]] = {}
+        self._released: set[tuple[str, int]] = set()
+        # Locks a heartbeat saw held while this node's own (the value) was: when.
+        self._seen: dict[tuple[str, int], tuple[int, float]] = {}
+        self._seen_lock = threading.Lock()
         self._last_pass = -math.inf
 
     def step(self) -> float:
@@ -115,32 +132,56 @@ class Recovery(SideThread):
     def notice_gone(self, gone: list[str]) -> None:
         """The heartbeat saw these nodes' liveness locks gone: look, unless each was
         already dealt with."""
-        if set(gone) - self._released:
+        if set(gone) - {node for node, _ in self._released} - {self._node_id}:
             self.wake_in(0.0)
 
-    def find_gone(self) -> float | None:
-        """Release the runs of nodes gone for NOTICE_S; how long until the next may ripen."""
-        gone = set(nodes.gone(self._database))
+    def seen_held(self, ring: list[Watched], own_key: int) -> None:
+        """A heartbeat read these locks held while this node's own, `own_key`, was."""
         moment = time.monotonic()
-        self._gone_since = {node: self._gone_since.get(node, moment) for node in gone}
-        self._released &= gone
-        if gone and self._peers is not None:
-            self._peers.drop(gone)
-        ripe = [
-            node
-            for node, since in self._gone_since.items()
-            if moment - since >= NOTICE_S and node not in self._released
-        ]
+        with self._seen_lock:
+            kept = {k: v for k, v in self._seen.items() if moment - v[1] < SEEN_KEEP_S}
+            self._seen = kept | {(node.id, node.key): (own_key, moment) for node in ring}
+
+    def find_gone(self) -> float | None:
+        """End the leases of nodes surely dead (see the module docstring); how long until
+        the next candidate may be judged."""
+        own_key = self._own_key()
+        vanished = nodes.vanished(self._database, self._node_id, own_key)
+        moment = time.monotonic()
+        current = {(node.id, node.key): node for node in vanished}
+        since: dict[tuple[str, int], tuple[float, int | None]] = {}
+        for lock in current:
+            first, under = self._gone_since.get(lock, (moment, own_key))
+            # Seen gone under another lock of this node's own: its timing says nothing.
+            since[lock] = (first, under) if under == own_key else (moment, own_key)
+        self._gone_since = since
+        self._released &= set(current)
+        if current and self._peers is not None:
+            self._peers.drop({node.id for node in vanished})
+        if own_key is None:
+            return None
+        with self._seen_lock:
+            seen = dict(self._seen)
+        ripe: list[Watched] = []
+        waiting: list[float] = []
+        for lock, node in current.items():
+            if lock in self._released:
+                continue
+            witnessed = node.after_mine or seen.get(lock, (None, 0.0))[0] == own_key
+            if not witnessed:
+                continue
+            ripens = since[lock][0] + CONFIRM_S - moment
+            if ripens <= 0:
+                ripe.append(Watched(node.id, node.key))
+            else:
+                waiting.append(ripens)
         if ripe:
-            released = nodes.release_runs_of(self._database, ripe)
-            self._released |= set(ripe)
-            self._log.warning("nodes_lost", lost=sorted(ripe), runs_released=released)
-        unripe = [
-            since + NOTICE_S - moment
-            for node, since in self._gone_since.items()
-            if node not in self._released
-        ]
-        return max(0.0, min(unripe)) if unripe else None
+            released = nodes.release_runs_of(self._database, ripe, own_key)
+            self._released |= {(node.id, node.key) for node in ripe}
+            self._log.warning(
+                "nodes_lost", lost=sorted(node.id for node in ripe), runs_released=released
+            )
+        return min(waiting) if waiting else None
 
     def recover_once(self) -> int:
         """One batch: retake each stale run this node may take; return how many were found."""

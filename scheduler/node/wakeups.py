@@ -44,6 +44,8 @@ class Wakeable(Protocol):
 class GoneWatcher(Protocol):
     def notice_gone(self, nodes: list[str]) -> None: ...
 
+    def seen_held(self, ring: list[Watched], own_key: int) -> None: ...
+
     def deadline_in(self, seconds: float) -> None: ...
 
     def wake_in(self, seconds: float = 0.0) -> None: ...
@@ -157,6 +159,8 @@ class Wakeups:
                 self.recovery.deadline_in(beat.recovery_in)
             if beat.gone:
                 self.recovery.notice_gone(beat.gone)
+            if beat.liveness_held and beat.liveness_key is not None:
+                self.recovery.seen_held(beat.ring, beat.liveness_key)
         if beat.requests_waiting and self.requests is not None:
             self.requests.wake_in(0.0)
         if self.alerts is not None:

@@ -5,8 +5,8 @@ The nodes that hold a liveness lock form a ring in id order; each watches the on
 it (a second node watches the first, a lone node none). The wait is a lock request on a
 connection of its own (`store.liveness.PeerWatch`): no statement is sent while it
 waits, and the server grants it the instant the watched session ends. The watcher then
-notifies `gone`, and every node's recovery loop looks at once (a node whose session
-merely dropped is given NOTICE_S to notice first; see `scheduler.node.recovery`).
+notifies `gone`, and every node's recovery loop looks at once (and judges whether it is
+a death: a session that merely ended is no proof, see `scheduler.node.recovery`).
 
 A ring that changes (a node joins or leaves) interrupts the wait and picks the new
 neighbour. If the watcher and its neighbour die together, the watcher's own watcher

@@ -17,6 +17,7 @@ from multiprocessing.process import BaseProcess
 
 from scheduler.model import Claim
 from scheduler.run.context import RunContext
+from scheduler.run.orphans import Orphan
 
 
 class Phase(Enum):
@@ -43,6 +44,8 @@ class ActiveRun:
     # Its run_started line is out already (the starter says it for a batch it started).
     said_started: bool = False
     child: BaseProcess | None = None
+    # Given up while its function ran in a thread: watched as a possible orphan.
+    orphan: Orphan | None = None
     # This process's monotonic clock when the run was taken in here, after the write
     # that gave the lease had committed: a renewal sent since must find its row.
     known_from: float = field(default_factory=time.monotonic)

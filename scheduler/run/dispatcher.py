@@ -33,16 +33,17 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler import logs, metrics
 from scheduler.model import Claim, Finish, Held, QueueRequest, RunKey, Started, StartRequest
-from scheduler.policy import Overlap
+from scheduler.policy import Isolation, Overlap
 from scheduler.registry import Job
 from scheduler.remote import Remote
-from scheduler.run import observers, outcomes, remote
+from scheduler.run import observers, orphans, outcomes, remote
 from scheduler.run.active import ActiveRun, Phase
 from scheduler.run.executors import Executors
 from scheduler.run.failures import Outcome
 from scheduler.run.items import run_context
-from scheduler.run.leases import LeaseWatch, valid_until
+from scheduler.run.leases import LeaseWatch, lease_margin, valid_until
 from scheduler.run.observers import Ending, RunObserver
+from scheduler.run.orphans import Orphan
 from scheduler.run.starter import Starter
 from scheduler.run.threads import RunThreads
 from scheduler.run.writer import RunWriter, Settled
@@ -100,6 +101,9 @@ class Dispatcher:
         self._stopping = threading.Event()
         self._closing = threading.Event()
         self._leases = LeaseWatch(self.lose)
+        # How long after giving its runs up for its liveness the peers may take them
+        # over, at the soonest (set by the daemon from the recovery's confirmation).
+        self.liveness_grace = 1.0
         self._writer = RunWriter(database, self._closing, log)
         self._starter: Starter[ActiveRun] = Starter(workers, self._start_batch, self._hand, log)
 
@@ -251,7 +255,7 @@ class Dispatcher:
         """Run one claim. True: the run goes on elsewhere (it went back to wait behind an
         earlier period, or its outcome is with the writer, which ends it); False: it is
         over here."""
-        claim, context = active.claim, active.context
+        claim = active.claim
         job = self._jobs[claim.job]
         if not started_already:
             started = self._wait_and_start(active)
@@ -265,7 +269,20 @@ class Dispatcher:
         with self._lock:
             if active.phase is not Phase.WAITING:  # given back meanwhile
                 return False
-            active.phase = Phase.RUNNING
+            # Checked by this process's own clock just before the call, not after it: a
+            # node frozen between its start and here may wake with its lease gone.
+            late = active.lost or not self._leases.valid(claim.key)
+            if not late:
+                active.phase = Phase.RUNNING
+        if late:
+            self._give_back_late(active)
+            return False
+        return self._call(active, job)
+
+    def _call(self, active: ActiveRun, job: Job) -> bool:
+        """Call the function of a run marked RUNNING here, and hand its outcome to the
+        writer; False if the node abandoned it meanwhile (the end of a drain)."""
+        claim, context = active.claim, active.context
         watching = observers.begin(
             observers.live(self._observers), job, claim, self._node_id, context.log
         )
@@ -281,14 +298,25 @@ class Dispatcher:
         with watching.current():
             outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))
         duration_ms = round((time.monotonic() - began) * 1000)
+        if active.orphan is not None:
+            active.orphan.returned()
         with self._lock:
             if active.phase is not Phase.RUNNING:  # abandoned at the end of a drain
                 watching.ended(Ending(RunStatus.ABANDONED, None, False, False, duration_ms))
                 return False
             active.phase = Phase.LINGERING if outcome.lingering else Phase.RECORDING
+            lost = active.lost
         if outcome.lingering is None:
             self._leases.forget(claim.key)  # nothing of it runs any more to be stopped
-        written = outcomes.finish(claim, job.policy, outcome, duration_ms)
+        if lost and outcome.lingering is None:
+            # Told to stop: whatever it returned, it may not have done its work. As if its
+            # node had died, the period runs again as its next attempt (if the row is
+            # still this attempt's: a takeover made it another's, and refuses this).
+            outcome = Outcome(RunStatus.ABANDONED)
+            written = outcomes.abandon(claim, 0.0, reason=Reason.LEASE_EXPIRED)
+            written = replace(written, duration_ms=duration_ms)
+        else:
+            written = outcomes.finish(claim, job.policy, outcome, duration_ms)
         recorded = partial(self._recorded, active, written, outcome, watching)
         self._writer.finish_later(written, recorded)
         return True
@@ -348,6 +376,19 @@ class Dispatcher:
                 if not lost:
                     return Started.LOST
                 # Lost while it polled: the top of the loop gives it back unstarted.
+
+    def _give_back_late(self, active: ActiveRun) -> None:
+        """A run started in the database whose lease this node gave up (or, by its own
+        clock, has lost) before its function was called: it is not called here. Given
+        back for its next attempt, fenced: refused once another node holds it."""
+        self.lose(active.claim.key)
+        abandon = outcomes.abandon(active.claim, 0.0, reason=Reason.LEASE_EXPIRED)
+        if self._persist(active, partial(self._writer.finish_now, abandon), False):
+            active.context.log.info(
+                "run_given_back", reason=Reason.LEASE_EXPIRED.value, stage="before_call"
+            )
+        with self._lock:
+            active.phase = Phase.ABANDONED
 
     def _give_way(self, claim: Claim) -> bool:
         """Swap a waiting claim for an earlier period of the same job waiting on this node."""
@@ -443,6 +484,12 @@ class Dispatcher:
 
     # -- leases ----------------------------------------------------------------------
 
+    def returned(self) -> list[str]:
+        """Ids of the runs held here whose function has returned, their outcome not yet
+        written: no later period of their job is skipped behind them (`store.claims`)."""
+        with self._lock:
+            return [a.claim.id for a in self._active.values() if a.phase is Phase.RECORDING]
+
     def held(self) -> list[Claim]:
         with self._lock:
             return [active.claim for active in self._active.values()]
@@ -485,7 +532,7 @@ class Dispatcher:
                 if key not in self._active and key not in self._recent
             ]
         for key in lost:
-            self.lose(key)
+            self.lose(key, cause="renewal")
         for row in strays:
             self._settle_stray(row, sent)
 
@@ -505,29 +552,52 @@ class Dispatcher:
         persist(write, log=log, closing=self._closing, default=False)
 
     def lose_all(self) -> None:
-        """Every lease may be gone (the node's liveness lock is): give every run up."""
+        """The peers may take this node for dead (its liveness lock went and no new one
+        could be taken in time): give every run up."""
         with self._lock:
             keys = list(self._active)
         for key in keys:
-            self.lose(key)
+            self.lose(key, cause="liveness")
 
-    def lose(self, key: RunKey) -> None:
+    def lose(self, key: RunKey, cause: str = "lease") -> None:
         """The lease is gone, or may be gone by now: the job must stop; its child process is
-        killed, its items and checkpoints refused, and its outcome write will be refused.
-        A run whose function has returned has nothing left to stop."""
+        killed, its items and checkpoints refused, and it is given back for its next
+        attempt (a write refused once another node holds it). A run whose function has
+        returned has nothing left to stop. `cause`: `lease` (its deadline passed by this
+        process's clock), `renewal` (a renewal no longer found it), `liveness`."""
         with self._lock:
             active = self._active.get(key)
             if active is None or active.lost or active.phase is Phase.RECORDING:
                 return
             active.lost = True
             child = active.child
+            running = active.phase in (Phase.RUNNING, Phase.LINGERING)
         if active.context.run_items is not None:
             active.context.run_items.lose()
         active.context.cancelled.set()
         if child is not None:
             _kill(child)
-        active.context.log.warning("lease_lost")
+        active.context.log.warning("lease_lost", cause=cause)
         metrics.record_lease_lost(active.claim.job)
+        job = self._jobs[active.claim.job]
+        if running and job.policy.isolation is not Isolation.PROCESS:
+            active.orphan = Orphan(active.context.log, cause, self._grace(cause, active))
+            orphans.watch(active.orphan, partial(self._still_running, active))
+
+    def _grace(self, cause: str, active: ActiveRun) -> float:
+        """How long after a run is given up another node may take it over, at the soonest:
+        the lease's margin (the lease ends on the database no sooner), the time the peers
+        give a live holder whose lock went (`liveness_grace`), or none at all (a renewal
+        no longer found it: it may be another's already)."""
+        if cause == "liveness":
+            return self.liveness_grace
+        if cause == "lease":
+            return lease_margin(active.claim.lease_seconds)
+        return 0.0
+
+    def _still_running(self, active: ActiveRun) -> bool:
+        with self._lock:
+            return active.phase in (Phase.RUNNING, Phase.LINGERING)
 
     # -- shutdown --------------------------------------------------------------------
 

@@ -46,6 +46,12 @@ class LeaseWatch:
             if current is not None and until > current:
                 self._set(key, until)
 
+    def valid(self, key: RunKey) -> bool:
+        """Whether the run's deadline is watched and still ahead by this process's clock."""
+        with self._changed:
+            until = self._until.get(key)
+        return until is not None and time.monotonic() < until
+
     def forget(self, key: RunKey) -> None:
         with self._changed:
             self._until.pop(key, None)

@@ -65,6 +65,10 @@ def report(log: FilteringBoundLogger, written: Finish, outcome: Outcome, settled
         log.warning("run_outcome_refused", stage="finish", status=outcome.status.value)
         return
     metrics.record_finish(job, outcome.status, duration_ms)
+    if outcome.status is RunStatus.ABANDONED:  # given up while it ran: runs again
+        reason = written.reason.value if written.reason else None
+        log.warning("run_abandoned", reason=reason, duration_ms=duration_ms, retry_in_s=0.0)
+        return
     if outcome.status is RunStatus.SUCCEEDED:
         log.info("run_succeeded", duration_ms=duration_ms)
         return

@@ -40,6 +40,9 @@ class Beat:
     alerts_in: float | None
     stuck_unreported: bool
     liveness_held: bool
+    # The liveness key the node's row names (None without one, and on SQLite): the
+    # ring was read while that lock was held, if `liveness_held`.
+    liveness_key: int | None = None
 
 
 def beat(database: Database, node_id: str, *, alive_within: float, liveness: bool) -> Beat:
@@ -76,17 +79,19 @@ def _read_postgres(
     row = connection.execute(statement, parameters).one()
     received = time.monotonic()
     now = row.now
+    own_key, own_held = nodes.parse_own_lock(row.own_lock) if liveness else (None, True)
     return Beat(
         held=held,
         clock=ClockReading(sent, now, received),
         peers=list(row.peers),
         gone=list(row.gone),
-        ring=[Watched(node, key) for node, key in zip(row.ring_ids, row.ring_keys, strict=True)],
+        ring=nodes.parse_ring(row.ring),
         recovery_in=takeover.seconds_to_deadline(row.lease_at, row.retry_at, now),
         requests_waiting=bool(row.requests_waiting),
         alerts_in=deliveries.seconds_to(row.free_at, now),
         stuck_unreported=bool(row.stuck_unreported),
-        liveness_held=bool(row.liveness_held),
+        liveness_held=own_held,
+        liveness_key=own_key,
     )
 
 
@@ -99,19 +104,17 @@ def _reads(
     assert database.server_clock, "the beat's reads are built once: the clock must be SQL"
     lease, retry = takeover.next_deadline_queries()
     peers, parameters = nodes.peers_query(database, node_id, alive_within)
-    own = f"({nodes.own_lock_query()})" if liveness else "TRUE"
+    own = f"({nodes.own_lock_query()})" if liveness else "NULL"
     statement = f"""
         SELECT statement_timestamp() AS now,
                ARRAY({peers}) AS peers,
                ARRAY({nodes.gone_query(database)}) AS gone,
-               ARRAY({nodes.watchable_query(database, alive_within, "node.id")}) AS ring_ids,
-               ARRAY({nodes.watchable_query(database, alive_within, "node.liveness_key")})
-                   AS ring_keys,
+               ARRAY({nodes.watchable_query(database, alive_within)}) AS ring,
                ({lease}) AS lease_at,
                ({retry}) AS retry_at,
                EXISTS ({requests.pending_query()}) AS requests_waiting,
                ({deliveries.next_due_query()}) AS free_at,
                {items.unreported_stuck_query()} AS stuck_unreported,
-               {own} AS liveness_held
+               {own} AS own_lock
     """
     return statement, {**parameters, "own_id": node_id}

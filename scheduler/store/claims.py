@@ -28,7 +28,8 @@ from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import events as alert_events
 from scheduler.store.connection import pairs_in
 from scheduler.store.database import Connection, Database
-from scheduler.store.fence import OCCUPYING_SQL, RUNS, occupying_sql
+from scheduler.store.fence import RUNS, running_body_sql, waiting_sql
+from scheduler.store.nodes import DOUBTFUL_HOLDERS
 from scheduler.store.wakeups import notify_claimed
 
 # Advisory locks count against PostgreSQL's shared lock table; keep each transaction modest.
@@ -42,6 +43,7 @@ def claim(
     committed: Callable[[ClaimResult], None] | None = None,
     *,
     adopt: bool = False,
+    returned: Sequence[str] = (),
 ) -> ClaimResult:
     """Claim many periods at once; return the ones this node won, and those it skipped.
 
@@ -63,6 +65,8 @@ def claim(
 
     `adopt`, for a claim tried again after a fault: periods this holder already claimed
     (the commit landed but its reply was lost) are returned as won, not as lost.
+    `returned`: ids of this holder's runs whose function has returned and whose outcome
+    is still being written: no period is skipped behind them.
     """
     result = ClaimResult([], [])
     chunks = list(_chunks_by_job(due))
@@ -88,10 +92,12 @@ def claim(
             ours = [claim.id for claim in part.won]
             if database.arrays:
                 _insert_claims_postgres(
-                    connection, fresh, holder, sent=sent, result=part, ours=ours
+                    connection, fresh, holder, sent=sent, result=part, ours=ours, returned=returned
                 )
             else:
-                _insert_claims(connection, fresh, holder, sent=sent, result=part, ours=ours)
+                _insert_claims(
+                    connection, fresh, holder, sent=sent, result=part, ours=ours, returned=returned
+                )
             alert_events.skipped(database, connection, part.skipped, part.reasons)
             # Rows now exist for these periods: the peers need not read that they do.
             notify_claimed(
@@ -126,13 +132,20 @@ def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:
 # SQLite: one row a statement (in the claim's transaction), each judged by its own
 # subqueries. The batch's own rows (and those adopted into it) are left out of the
 # overlap count, as PostgreSQL's single statement cannot see them: their ids travel as
-# one JSON list. A NULL limit allows any overlap. Paused beats overlap.
+# one JSON list, and so do the ids of this node's runs whose function has returned
+# (`:returned`). A NULL limit allows any overlap. Paused beats overlap. SQLite has no
+# liveness lock: no holder is in doubt but by its lease.
 _PAUSED_SQLITE = "EXISTS (SELECT 1 FROM scheduler_jobs AS job WHERE job.name = :job AND job.paused)"
-_OVERLAPPING_SQLITE = f"""(:overlap_limit IS NOT NULL AND (
-    SELECT count(*) FROM {RUNS} AS other
+_EARLIER_SQLITE = f"""FROM {RUNS} AS other
     WHERE other.job = :job AND other.period < :period
-      AND other.id NOT IN (SELECT value FROM json_each(:batch))
-      AND {occupying_sql(":now")}) >= :overlap_limit)"""
+      AND other.id NOT IN (SELECT value FROM json_each(:batch))"""
+_RUNNING_SQLITE = running_body_sql(
+    ":now", ":period", "other.id IN (SELECT value FROM json_each(:returned))", "0"
+)
+_OVERLAPPING_SQLITE = f"""(:overlap_limit IS NOT NULL
+    AND EXISTS (SELECT 1 {_EARLIER_SQLITE} AND {_RUNNING_SQLITE})
+    AND (SELECT count(*) {_EARLIER_SQLITE}
+         AND ({_RUNNING_SQLITE} OR {waiting_sql(":now")})) >= :overlap_limit)"""
 _SKIPPED_SQLITE = f"({_PAUSED_SQLITE} OR {_OVERLAPPING_SQLITE})"
 _CLAIM_SQLITE = f"""
     INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, started_attempts,
@@ -158,12 +171,14 @@ def _insert_claims(
     sent: float,
     result: ClaimResult,
     ours: Sequence[str] = (),
+    returned: Sequence[str] = (),
 ) -> None:
     """SQLite: an INSERT a row, each judged by its own subqueries (see _CLAIM_SQLITE)."""
     if not due:
         return
     candidates = {uuid.uuid4().hex: item for item in due}
     batch_ids = json.dumps([*candidates, *ours])
+    returned_ids = json.dumps(list(returned))
     rows = []
     for run_id, item in candidates.items():
         parameters = {
@@ -175,6 +190,7 @@ def _insert_claims(
             "lease_seconds": item.lease_seconds,
             "overlap_limit": item.overlap_limit,
             "batch": batch_ids,
+            "returned": returned_ids,
             "expiry": Database.host_after(item.lease_seconds),
         }
         rows += connection.execute(_CLAIM_SQLITE, parameters).rows
@@ -206,7 +222,17 @@ def _collect(
 # to plan than to run for a large batch). Paused beats overlap; a NULL limit allows any. The
 # overlap count cannot see the rows this statement inserts: each period is judged
 # against the runs outside its batch.
+_RUNNING_POSTGRES = running_body_sql(
+    "statement_timestamp()",
+    "due.period",
+    "other.id = ANY(CAST(:returned AS TEXT[]))",
+    "other.holder IN (SELECT id FROM doubtful)",
+)
+_EARLIER_POSTGRES = f"""FROM {RUNS} AS other
+    WHERE other.job = due.job AND other.period < due.period
+      AND other.id <> ALL(CAST(:ours AS TEXT[]))"""
 _CLAIM_POSTGRES = f"""
+    WITH doubtful AS MATERIALIZED ({DOUBTFUL_HOLDERS})
     INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt,
                              started_attempts, holder, lease_seconds, lease_expires_at,
                              claimed_at, started_at, finished_at)
@@ -230,9 +256,9 @@ _CLAIM_POSTGRES = f"""
             WHEN EXISTS (SELECT FROM scheduler_jobs AS job
                          WHERE job.name = due.job AND job.paused) THEN 'paused'
             WHEN due.overlap_limit IS NOT NULL
-                 AND (SELECT count(*) FROM {RUNS} AS other
-                      WHERE other.job = due.job AND other.period < due.period
-                        AND other.id <> ALL(CAST(:ours AS TEXT[])) AND {OCCUPYING_SQL}
+                 AND EXISTS (SELECT {_EARLIER_POSTGRES} AND {_RUNNING_POSTGRES})
+                 AND (SELECT count(*) {_EARLIER_POSTGRES}
+                      AND ({_RUNNING_POSTGRES} OR {waiting_sql("statement_timestamp()")})
                      ) >= due.overlap_limit THEN 'overlap'
         END AS reason,
         -- Started by the claim (a worker waits for it) only in its job's turn, by the
@@ -259,6 +285,7 @@ def _insert_claims_postgres(
     sent: float,
     result: ClaimResult,
     ours: Sequence[str],
+    returned: Sequence[str] = (),
 ) -> None:
     if not due:
         return
@@ -274,6 +301,7 @@ def _insert_claims_postgres(
         {
             "holder": holder,
             "ours": list(ours),
+            "returned": list(returned),
             "tolerance": FUTURE_TOLERANCE.total_seconds(),
             "ids": list(candidates),
             "jobs": [item.job for item in due],

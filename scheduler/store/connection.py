@@ -42,6 +42,7 @@ TIMESTAMP_COLUMNS = frozenset(
         "caught_up_to",
         "schedule_changed_at",
         "heartbeat_at",
+        "liveness_since",
         "stopped_at",
         "done_at",
         "range_start",

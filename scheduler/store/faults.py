@@ -35,6 +35,11 @@ class StoreUnavailableError(StoreError):
     """The database did not answer; the same request may succeed later."""
 
 
+class ServerDownError(StoreUnavailableError):
+    """The server accepts no connection at all (starting, stopping, not listening):
+    every session of every node is down with it."""
+
+
 class StoreRejectedError(StoreError):
     """The database refused this request (or it could not be sent as it is)."""
 

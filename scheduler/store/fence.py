@@ -26,28 +26,37 @@ RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDO
 # The active statuses as SQL literals.
 ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 RETRYABLE_SQL = ", ".join(f"'{status}'" for status in RETRYABLE)
-# A run occupies its job, so that a period falling due meanwhile is skipped (or queued)
-# for overlap, while it is claimed or running, or timed out with its function still
-# running, under a live lease, and is on time: a dead holder (its lease ran out, or was
-# ended when its node was found gone) costs the job's later periods nothing, nor does
-# the scheduler's own late work (a catch-up, a retry or a takeover of a scheduled
-# period): those periods wait behind it instead, one at a time, and since an on-time
-# period waiting so occupies the job, no more pile up than the policy allows. Only an
-# earlier period occupies a period (the claim statements compare the periods): P fell
-# due before P+1 existed, so a P claimed late as a peer's leftover, after P+1, runs
-# (oldest first) instead of being skipped behind P+1. `other` is the occupying run's
-# alias; `now` the database clock's SQL.
+# Overlap: a period is skipped only behind a body of an earlier period of its job that
+# was running when the period fell due (it started no later than the period's instant)
+# and still runs, under a holder alive by every evidence: its lease live, its liveness
+# lock held where it has one (`doubtful` names the holders whose lock went: the claim
+# statements read them once), and its function not known to have returned (a holder's
+# own claim names its runs whose outcome is still being written, `:returned`). Nothing
+# else makes a period skip: the scheduler's own late or unstarted work (a claim not
+# started, a body that started after the period fell due: a peer's leftover claimed
+# late, a catch-up, a retry, a takeover) and a dead holder's run make it wait its turn
+# instead, oldest first. For `queue` (limit 2) the periods waiting behind such a body
+# count too: one may wait, the next is skipped. `other` is the earlier run's alias,
+# `now` the database clock's SQL, `period` the new period's.
 
 
-def occupying_sql(now: str) -> str:
+def running_body_sql(now: str, period: str, returned: str, doubtful: str) -> str:
+    """A body of `other` that was running at `period` and still is, under a live holder.
+    `returned`: SQL true for an id this node knows has returned; `doubtful`: SQL true for
+    a holder whose liveness lock went."""
     return (
-        f"(other.live AND other.status IN ({ACTIVE_SQL}, 'timed_out')"
-        f" AND other.lease_expires_at > {now}"
-        " AND NOT (other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1)))"
+        f"(other.live AND other.status IN ('running', 'timed_out')"
+        f" AND other.lease_expires_at > {now} AND other.started_at <= {period}"
+        f" AND NOT ({returned}) AND NOT ({doubtful}))"
     )
 
 
-OCCUPYING_SQL = occupying_sql("statement_timestamp()")
+def waiting_sql(now: str) -> str:
+    """`other` waits to start (or for its worker) under a live lease."""
+    return (
+        f"(other.live AND other.status IN ('claimed', 'queued') AND other.lease_expires_at > {now})"
+    )
+
 
 # The row is this attempt's, as claimed: same id, attempt and holder (parameters from
 # `fence_params`).

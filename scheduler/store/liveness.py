@@ -21,13 +21,35 @@ from typing import Any
 import psycopg
 
 from scheduler.store.database import CONNECT_TIMEOUT_S, Database, postgres_settings
-from scheduler.store.faults import StoreUnavailableError, first_line
+from scheduler.store.faults import ServerDownError, StoreUnavailableError, first_line
 from scheduler.store.nodes import LIVENESS_NAMESPACE
 from scheduler.store.wakeups import CHANNEL
 
 # How long a liveness or watch session's wait sleeps at a time (it ends sooner when the
 # server answers, the session ends, or the caller's own timeout passes).
 IDLE_WAIT_S = 60.0
+# The server may end the liveness session for a silent network no sooner than this
+# (its TCP keepalives and user timeout, raised on that session where they are set
+# lower): the node's own keepalives find a silent network first (about 11 s, see
+# `store.database`), so a holder learns it may have lost its lock before the server
+# lets the lock go for it.
+SERVER_SILENCE_FLOOR = {
+    "tcp_keepalives_idle": 30,
+    "tcp_keepalives_interval": 10,
+    "tcp_keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+# A session ended by the server says why first (a FATAL, or for an immediate shutdown a
+# WARNING, of class 57, "operator intervention": a shutdown, a crash, a terminated
+# backend, an idle-session timeout); one that merely breaks says nothing.
+SERVER_ENDED_CLASS = "57"
+# What a server answers, or the kernel says, while it does not accept connections at
+# all: it is starting, stopping, in recovery, or not listening.
+NOT_ACCEPTING = (
+    "the database system is",
+    "connection refused",
+    "no such file or directory",
+)
 
 
 def ports(database: Database) -> tuple[int, int]:
@@ -47,19 +69,33 @@ def _faults() -> Iterator[None]:
 
 
 class SessionLock:
-    """The liveness lock and its connection; `connect()` takes a fresh key each time."""
+    """The liveness lock and its connection; `connect()` takes a fresh key each time.
+
+    `ended_by_server`: the server said, as the session ended, that it was ending it (a
+    restart, a terminated backend), rather than the connection merely breaking.
+    """
 
     def __init__(self, database: Database, application_name: str) -> None:
         self._conninfo = database.url.conninfo
         self._application_name = application_name
         self._connection: psycopg.Connection[Any] | None = None
         self.key: int | None = None
+        self.ended_by_server = False
 
     def connect(self) -> int:
         """Open the connection, take the lock under a key nobody holds, and listen for
-        wake-ups; its key."""
-        with _faults():
+        wake-ups; its key. `ServerDownError` when the server accepts no connection."""
+        self.ended_by_server = False
+        try:
             connection = _session(self._conninfo, f"{self._application_name} liveness")
+        except psycopg.Error as error:
+            message = first_line(error)
+            if any(sign in str(error).lower() for sign in NOT_ACCEPTING):
+                raise ServerDownError(message) from error
+            raise StoreUnavailableError(message) from error
+        with _faults():
+            connection.add_notice_handler(self._heard)
+            _raise_silence_floor(connection)
             connection.execute(f"LISTEN {CHANNEL}")
             while True:
                 key = secrets.randbelow(2**31 - 1) + 1
@@ -69,6 +105,11 @@ class SessionLock:
                 if row is not None and row[0]:
                     self._connection, self.key = connection, key
                     return key
+
+    def _heard(self, notice: psycopg.errors.Diagnostic) -> None:
+        """A notice on the session; the server's last word before it ends one is here."""
+        if (notice.sqlstate or "").startswith(SERVER_ENDED_CLASS):
+            self.ended_by_server = True
 
     def fileno(self) -> int:
         """The session's socket: readable at once when the server ends the session."""
@@ -158,6 +199,20 @@ class _Patient(psycopg.Connection[Any]):
 
     def wait(self, gen: Any, interval: float | None = None, timeout: float | None = None) -> Any:
         return super().wait(gen, interval=IDLE_WAIT_S, timeout=timeout)
+
+
+def _raise_silence_floor(connection: psycopg.Connection[Any]) -> None:
+    """Raise, for this session only, any server TCP timeout set below its floor (0 is the
+    kernel's own, hours: left as it is)."""
+    for setting, floor in SERVER_SILENCE_FLOOR.items():
+        with contextlib.suppress(psycopg.Error):
+            # pg_settings gives the value in its base unit (s, or ms for the user timeout).
+            row = connection.execute(
+                "SELECT setting FROM pg_settings WHERE name = %s", (setting,)
+            ).fetchone()
+            current = int(row[0]) if row and str(row[0]).isdigit() else 0
+            if 0 < current < floor:
+                connection.execute("SELECT set_config(%s, %s, false)", (setting, str(floor)))
 
 
 def _session(conninfo: str, application_name: str) -> psycopg.Connection[Any]:

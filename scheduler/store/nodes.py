@@ -1,21 +1,23 @@
 """The nodes table: who is alive, since when, and on which version.
 
 On PostgreSQL a node may bind its liveness to a session advisory lock it holds on a
-connection of its own (`liveness_key`): when the process dies the server ends that
-session and the lock is gone from `pg_locks`, so the others know within a second,
-not a lease. Correctness never depends on it; it only lets a dead node's runs be
-taken over sooner (their leases are ended at once), and keeps it out of the peers.
+connection of its own (`liveness_key`, taken at `liveness_since`): when the process dies
+the server ends that session and the lock is gone from `pg_locks`. A lock can also go
+while its node lives (a restart, `pg_terminate_backend`, a proxy), so a vanished lock is
+only evidence: `vanished` says, for each, whether it vanished while the asking node's
+own lock was held all along, and `release_runs_of` acts only on that, and only while
+the asker's own lock is still held. Correctness never depends on it; it only lets a
+dead node's runs be taken over sooner (their leases are ended at once).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.model import NodeIdentity
-from scheduler.store.connection import in_list
+from scheduler.store.connection import in_list, pairs_in
 from scheduler.store.database import Connection, Database
 from scheduler.store.fence import RUNS
 from scheduler.store.wakeups import Wake, notify_on
@@ -42,13 +44,16 @@ def register(
 ) -> None:
     """Insert this node's row, or revive it if the id was used before."""
     now = database.now
+    since = f"CASE WHEN CAST(:key AS INTEGER) IS NULL THEN NULL ELSE {now} END"
     statement = f"""
         INSERT INTO {NODES} (id, name, host, pid, version, started_at, heartbeat_at,
-                             stopped_at, jobs_digest, liveness_key)
-        VALUES (:id, :name, :host, :pid, :version, {now}, {now}, NULL, :digest, :key)
+                             stopped_at, jobs_digest, liveness_key, liveness_since, process)
+        VALUES (:id, :name, :host, :pid, :version, {now}, {now}, NULL, :digest, :key,
+                {since}, :process)
         ON CONFLICT (id) DO UPDATE SET started_at = {now}, heartbeat_at = {now},
             stopped_at = NULL, jobs_digest = excluded.jobs_digest,
-            liveness_key = excluded.liveness_key
+            liveness_key = excluded.liveness_key, liveness_since = excluded.liveness_since,
+            process = excluded.process
     """
     parameters = {
         "id": node.id,
@@ -58,17 +63,19 @@ def register(
         "version": node.version,
         "digest": jobs_digest,
         "key": liveness_key,
+        "process": node.process,
     }
     with database.transaction() as connection:
         connection.execute(statement, parameters)
 
 
-def set_liveness(database: Database, node_id: str, key: int | None) -> None:
-    """The node holds its liveness lock under a new key (after losing the old one), or
-    none: the lease alone decides whether it lives."""
+def set_liveness(database: Database, node_id: str, key: int) -> None:
+    """The node holds its liveness lock under a new key (after losing the old one), since
+    now by the database clock."""
     with database.transaction() as connection:
         connection.execute(
-            f"UPDATE {NODES} SET liveness_key = :key WHERE id = :id",
+            f"UPDATE {NODES} SET liveness_key = :key, liveness_since = {database.now}"
+            " WHERE id = :id",
             {"key": key, "id": node_id},
         )
 
@@ -81,18 +88,29 @@ def heartbeat(database: Database, node_id: str) -> None:
         )
 
 
-# The node row's liveness lock is held in this database (PostgreSQL only). `node` is
-# the nodes table's alias in the statement that uses it.
-_LOCK_HELD = f"""EXISTS (
+def lock_held(key: str) -> str:
+    """SQL: the liveness lock under `key` (an SQL expression) is held in this database by
+    its node's session (PostgreSQL only; a watcher's shared lock on it is no holder)."""
+    return f"""EXISTS (
     SELECT 1 FROM pg_locks AS lock
     WHERE lock.locktype = 'advisory' AND lock.granted AND lock.objsubid = 2
       AND lock.mode = 'ExclusiveLock'
       AND lock.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND lock.classid = CAST({LIVENESS_NAMESPACE} AS oid)
-      AND lock.objid = CAST(node.liveness_key AS oid))"""
+      AND lock.objid = CAST({key} AS oid))"""
+
+
+# The node row's liveness lock is held (`node` is the nodes table's alias).
+_LOCK_HELD = lock_held("node.liveness_key")
 # A running node that bound its liveness to a lock it no longer holds (a watcher's
 # shared lock on the same key, see `store.liveness.PeerWatch`, is no holder).
 _GONE = f"(node.stopped_at IS NULL AND node.liveness_key IS NOT NULL AND NOT {_LOCK_HELD})"
+
+
+# The running nodes whose liveness lock went (PostgreSQL; `node` is the nodes table's
+# alias): their runs are in doubt. Not a verdict of death (see `vanished`), but no body
+# of theirs makes a later period skip (`store.claims`).
+DOUBTFUL_HOLDERS = f"SELECT node.id FROM {NODES} AS node WHERE {_GONE}"
 
 
 def peers(database: Database, node_id: str, alive_within: float) -> list[str]:
@@ -127,71 +145,110 @@ def peers_query(
     return statement, {**parameters, "peers_of": node_id}
 
 
-def gone(database: Database) -> list[str]:
-    """The nodes whose liveness lock has disappeared: their process has most likely
-    ended (PostgreSQL; elsewhere nothing is known before a lease runs out)."""
-    if not database.sessions:
-        return []
-    with database.transaction() as connection:
-        return gone_on(database, connection)
-
-
-def gone_on(database: Database, connection: Connection) -> list[str]:
-    """`gone` inside a transaction of the caller's (PostgreSQL only)."""
-    return connection.execute(gone_query(database)).scalars()
-
-
 def gone_query(database: Database) -> str:
-    """PostgreSQL only: its clock is in the SQL."""
+    """The nodes whose liveness lock has disappeared (for the heartbeat's read: a hint
+    to look, never a verdict). PostgreSQL only: its clock is in the SQL."""
     recent = f"node.heartbeat_at >= {database.now_plus(str(-GONE_LOOKBACK_S))}"
     return f"SELECT node.id FROM {NODES} AS node WHERE {_GONE} AND {recent} ORDER BY node.id"
 
 
-def watchable_on(database: Database, connection: Connection, alive_within: float) -> list[Watched]:
-    """Running nodes (any jobs) that hold their liveness lock, in id order: the ring in
-    which each node watches the next for its lock to go (PostgreSQL only)."""
-    statement = watchable_query(database, alive_within, "node.id, node.liveness_key")
-    return [Watched(row.id, row.liveness_key) for row in connection.execute(statement)]
+@dataclass(frozen=True)
+class Vanished:
+    """Another node's liveness lock, named by its row, that is not held now.
+
+    `after_mine`: the lock was taken after the asking node's own, which is still held:
+    it was held, and then went, while the asker's own session lived throughout.
+    """
+
+    id: str
+    key: int
+    after_mine: bool
 
 
-def watchable_query(database: Database, alive_within: float, columns: str) -> str:
-    """The ring's nodes, in id order, as `columns` of them (PostgreSQL only)."""
+def vanished(database: Database, own_id: str, own_key: int | None) -> list[Vanished]:
+    """Other nodes whose liveness lock is gone (PostgreSQL; elsewhere nothing is known
+    before a lease runs out). `own_key`: the lock this node holds now, if any."""
+    if not database.sessions:
+        return []
+    recent = f"node.heartbeat_at >= {database.now_plus(str(-GONE_LOOKBACK_S))}"
+    statement = f"""
+        SELECT node.id, node.liveness_key AS key,
+               (CAST(:own_key AS INTEGER) IS NOT NULL AND {lock_held(":own_key")}
+                AND node.liveness_since > (SELECT own.liveness_since FROM {NODES} AS own
+                                           WHERE own.id = :own_id
+                                             AND own.liveness_key = :own_key))
+                   AS after_mine
+        FROM {NODES} AS node
+        WHERE {_GONE} AND {recent} AND node.id <> :own_id
+        ORDER BY node.id
+    """
+    with database.transaction() as connection:
+        rows = connection.execute(statement, {"own_id": own_id, "own_key": own_key})
+        return [Vanished(row.id, row.key, bool(row.after_mine)) for row in rows]
+
+
+def watchable_query(database: Database, alive_within: float) -> str:
+    """The ring: running nodes (any jobs) that hold their liveness lock, in id order, in
+    which each node watches the next for its lock to go, read in one scan of `pg_locks`
+    as one text array of `id` and `key` pairs (PostgreSQL only; see `parse_ring`)."""
     since = database.now_plus(f"{-float(alive_within)!r}")
     return f"""
-        SELECT {columns} FROM {NODES} AS node
+        SELECT node.id || ' ' || node.liveness_key FROM {NODES} AS node
         WHERE node.stopped_at IS NULL AND node.liveness_key IS NOT NULL
           AND node.heartbeat_at >= {since} AND {_LOCK_HELD}
         ORDER BY node.id
     """
 
 
-def own_lock_held(connection: Connection, node_id: str) -> bool:
-    """Whether this node's own liveness lock is held (by its liveness session)."""
-    return bool(connection.execute(own_lock_query(), {"own_id": node_id}).scalar())
+def parse_ring(entries: Sequence[str] | None) -> list[Watched]:
+    """The ring from `watchable_query`'s entries; an entry that does not parse is left
+    out (a node id holds no space, the key is an integer), never raised."""
+    ring: list[Watched] = []
+    for entry in entries or ():
+        node, _, key = str(entry).rpartition(" ")
+        if node and key.lstrip("-").isdigit():
+            ring.append(Watched(node, int(key)))
+    return ring
 
 
 def own_lock_query() -> str:
-    """Parameter: `own_id`."""
-    return f"SELECT {_LOCK_HELD} FROM {NODES} AS node WHERE node.id = :own_id"
+    """Whether this node's own liveness lock, as its row names it, is held; with the key.
+    Parameter: `own_id`. One text: the key and `t` or `f` (see `parse_own_lock`)."""
+    return (
+        f"SELECT node.liveness_key || ' ' || CASE WHEN {_LOCK_HELD} THEN 't' ELSE 'f' END"
+        f" FROM {NODES} AS node WHERE node.id = :own_id"
+    )
 
 
-def release_runs_of(database: Database, holders: Collection[str]) -> int:
-    """End the leases of every run these nodes hold, if their liveness lock is still
-    gone: the recovery loop takes the runs over at once (not a queued one, whose message
-    a worker may still pick up before its deadline). Returns how many."""
-    if not holders or not database.sessions:
+def parse_own_lock(entry: str | None) -> tuple[int | None, bool]:
+    """The key the node's row names and whether it is held, from `own_lock_query`."""
+    key, _, held = str(entry or "").partition(" ")
+    if not key.lstrip("-").isdigit():
+        return None, False
+    return int(key), held == "t"
+
+
+def release_runs_of(database: Database, dead: Collection[Watched], own_key: int) -> int:
+    """End the leases of every run these nodes hold, if each row still names the lock
+    judged gone and it is still not held, and if the asking node's own lock (`own_key`)
+    is still held: the recovery loop takes the runs over at once (not a queued one,
+    whose message a worker may still pick up before its deadline). Returns how many."""
+    if not dead or not database.sessions:
         return 0
-    listed, parameters = in_list("node", sorted(holders))
+    pairs, parameters = pairs_in(
+        "dead", [(node.id, node.key) for node in sorted(dead, key=lambda n: (n.id, n.key))]
+    )
     now = database.now
     # A queued run needs its sender no more: its message may still be picked up.
     statement = f"""
         UPDATE {RUNS} SET lease_expires_at = {now}
         WHERE holder IN (SELECT node.id FROM {NODES} AS node
-                         WHERE node.id IN ({listed}) AND {_GONE})
+                         WHERE (node.id, node.liveness_key) IN ({pairs}) AND {_GONE})
+          AND {lock_held(":own_key")}
           AND live AND lease_expires_at > {now} AND status <> 'queued'
     """
     with database.transaction() as connection:
-        released = connection.execute(statement, parameters).rowcount
+        released = connection.execute(statement, {**parameters, "own_key": own_key}).rowcount
         if released:
             notify_on(database, connection, Wake.RECOVERY)
         return released
@@ -203,6 +260,8 @@ class Incarnation:
 
     id: str
     pid: int
+    # Its process identity as it registered it (see `scheduler.identity`); None if unknown.
+    process: str | None
     liveness_key: int | None
     lock_held: bool
 
@@ -211,35 +270,17 @@ def earlier_incarnations(database: Database, node: NodeIdentity) -> list[Incarna
     """Rows of this node's name on this host, other than its own, still not stopped."""
     held = _LOCK_HELD if database.sessions else "FALSE"
     statement = f"""
-        SELECT node.id, node.pid, node.liveness_key, {held} AS held FROM {NODES} AS node
+        SELECT node.id, node.pid, node.process, node.liveness_key, {held} AS held
+        FROM {NODES} AS node
         WHERE node.name = :name AND node.host = :host AND node.id <> :id
           AND node.stopped_at IS NULL
     """
     parameters = {"name": node.name, "host": node.host, "id": node.id}
     with database.transaction() as connection:
         return [
-            Incarnation(row.id, row.pid, row.liveness_key, bool(row.held))
+            Incarnation(row.id, row.pid, row.process, row.liveness_key, bool(row.held))
             for row in connection.execute(statement, parameters)
         ]
-
-
-def is_dead(previous: Incarnation, node: NodeIdentity) -> bool:
-    """Whether an earlier incarnation on this host is surely gone: its liveness lock is
-    not held (if it had one), and its process is not running here, or has this
-    process's own id (a container restarted: pid 1 again)."""
-    if previous.liveness_key is not None and previous.lock_held:
-        return False
-    return previous.pid == node.pid or not _process_exists(previous.pid)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def supersede(database: Database, ids: Sequence[str]) -> int:

@@ -160,7 +160,9 @@ LOOKUPS: dict[str, Call] = {
             for claim in claims.claim(db, [Due("history-8", PERIOD, 30)], "node-b").won
         ],
     ),
-    "runs of a node found gone": lambda db: nodes.release_runs_of(db, ["node-a"]),
+    "runs of a node found gone": lambda db: nodes.release_runs_of(
+        db, [nodes.Watched("node-a", 7)], 8
+    ),
     "runs of a node superseded": lambda db: nodes.supersede(db, ["node-z"]),
     "runs in progress": overview.in_progress,
     "runs, failed": lambda db: queries.list_runs(db, statuses=["failed"]),

@@ -1,0 +1,63 @@
+"""Orphans: a function still running in its thread after its run was given up.
+
+A thread cannot be killed. When a run is given up (its lease may be gone, or its node
+may be taken for dead) `ctx.cancelled` is set, and from that instant its `once`, `item`
+and `checkpoint` refuse (`RunLostError`), so effects recorded through them never
+double. A body that ignores the signal goes on; once the moment has come when another
+node may take the period over (`grace` after it was told), it may run beside that
+takeover. That is said once, at that moment (`run_orphaned`), and how long it overlapped
+once it returns (`run_orphan_returned`). A child process (`isolation="process"`) is
+killed instead, and a body that watches `ctx.cancelled` stops within the grace: for
+them the window is empty.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from structlog.typing import FilteringBoundLogger
+
+
+class Orphan:
+    """One run given up while its function ran in this process."""
+
+    def __init__(self, log: FilteringBoundLogger, cause: str, grace: float) -> None:
+        self.log = log
+        self.cause = cause
+        self.told_at = time.monotonic()
+        self.grace = grace
+        self.orphaned_at: float | None = None
+
+    def check(self, still_running: Callable[[], bool]) -> None:
+        """At the moment a takeover may begin: say so if the function still runs."""
+        if not still_running():
+            return
+        self.orphaned_at = time.monotonic()
+        self.log.warning(
+            "run_orphaned",
+            cause=self.cause,
+            told_s_ago=round(self.orphaned_at - self.told_at, 3),
+            bound="runs beside its takeover until it returns; once/item/checkpoint refuse",
+        )
+
+    def returned(self) -> None:
+        """The function returned: how long it ran past the moment a takeover could begin."""
+        if self.orphaned_at is not None:
+            self.log.warning(
+                "run_orphan_returned",
+                overlap_s=round(time.monotonic() - self.orphaned_at, 3),
+                cause=self.cause,
+            )
+
+
+def watch(
+    orphan: Orphan, still_running: Callable[[], bool], *, name: str = "orphan"
+) -> threading.Timer:
+    """Check on the run once its grace has passed."""
+    timer = threading.Timer(orphan.grace, orphan.check, args=(still_running,))
+    timer.name = name
+    timer.daemon = True
+    timer.start()
+    return timer

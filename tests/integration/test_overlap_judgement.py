@@ -1,0 +1,95 @@
+"""`overlap="skip"` skips a period only behind a body of its job that was running when
+the period fell due and still runs under a live holder (issue 41, item 3): a claimed,
+unstarted run, a body that started late, a body whose function returned, and a holder
+whose liveness lock went all make a later period wait its turn instead."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler.model import Due, NodeIdentity, Started
+from scheduler.states import Reason, RunStatus
+from scheduler.store import claims, nodes, writes
+from scheduler.store.database import Database
+from tests.sql import started_at
+
+PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NEXT = PERIOD + timedelta(seconds=1)
+
+
+def _running(database: Database, holder: str = "node-a", *, since: datetime = PERIOD) -> str:
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], holder).won
+    assert writes.start(database, first) is Started.STARTED
+    started_at(database, first.id, since)
+    return first.id
+
+
+def test_a_period_is_skipped_behind_a_body_running_when_it_fell_due(database: Database) -> None:
+    _running(database)
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    assert result.won == []
+    assert [result.reasons[claim.id] for claim in result.skipped] == [Reason.OVERLAP]
+
+
+def test_a_claimed_unstarted_run_makes_a_later_period_wait(database: Database) -> None:
+    """A backlog claimed during a stall: nothing of the job ran when the later period
+    fell due, so it is claimed and waits its turn."""
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    (later,) = claims.claim(database, [Due("sync", NEXT, 30)], "node-b").won
+    assert writes.start(database, later, in_turn=True) is Started.WAIT
+    assert writes.start(database, first, in_turn=True) is Started.STARTED
+    writes.finish(database, first, RunStatus.SUCCEEDED, 5)
+    assert writes.start(database, later, in_turn=True) is Started.STARTED
+
+
+def test_a_body_that_started_after_the_period_fell_due_makes_it_wait(database: Database) -> None:
+    """A peer's leftover claimed and started a second late: the period due meanwhile is
+    not skipped behind the scheduler's own lateness."""
+    _running(database, since=NEXT + timedelta(milliseconds=30))
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    assert result.skipped == []
+    assert len(result.won) == 1
+
+
+def test_a_body_whose_function_returned_makes_no_period_skip(database: Database) -> None:
+    """Its holder knows the function returned while the outcome write is held up (a
+    pooler restart): its own claim of the next period does not skip behind it."""
+    first = _running(database)
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-a", returned=[first])
+    assert result.skipped == []
+    assert len(result.won) == 1
+
+
+def test_queue_skips_only_behind_a_running_body_and_one_waiting(database: Database) -> None:
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30, overlap_limit=2)], "node-a").won
+    backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30, overlap_limit=2) for n in (1, 2, 3)]
+    for item in backlog:  # nothing runs: every period of a stall waits
+        assert claims.claim(database, [item], "node-b").won
+    assert writes.start(database, first, in_turn=True) is Started.STARTED
+    started_at(database, first.id, PERIOD)
+    later = Due("sync", PERIOD + timedelta(seconds=4), 30, overlap_limit=2)
+    assert claims.claim(database, [later], "node-b").skipped
+
+
+def _register(database: Database, node_id: str, key: int) -> None:
+    identity = NodeIdentity(node_id, node_id, "host", 1, "test")
+    nodes.register(database, identity, "digest", liveness_key=key)
+
+
+@pytest.mark.postgres
+def test_a_holder_whose_liveness_lock_went_is_in_doubt(postgres_url: str) -> None:
+    """PostgreSQL: the holder's row names a liveness lock nobody holds (it died, or its
+    session merely ended): its body makes no later period skip, which waits instead."""
+    from scheduler.store.database import open_database  # noqa: PLC0415
+
+    database = open_database(postgres_url)
+    try:
+        _register(database, "node-a", 424242)  # a lock nobody took
+        _running(database, "node-a")
+        result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
+        assert result.skipped == []
+        assert len(result.won) == 1
+    finally:
+        database.dispose()
