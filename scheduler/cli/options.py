@@ -80,7 +80,7 @@ def node_options(command: Command) -> Command:
         envvar="SCHEDULER_NODE_NAME",
         default=None,
         show_envvar=True,
-        help="Name shown for this node, unique to the process by default [default: HOST-PID-RANDOM].",
+        help="Name of this node, unique per process by default [default: HOST-PID-RANDOM].",
     )(command)
     return click.option(
         "--grace",

@@ -28,7 +28,7 @@ from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import events as alert_events
 from scheduler.store.connection import pairs_in
 from scheduler.store.database import Connection, Database
-from scheduler.store.fence import RUNS, running_body_sql, waiting_sql
+from scheduler.store.fence import RUNS, occupant_sql, running_body_sql
 from scheduler.store.nodes import DOUBTFUL_HOLDERS
 from scheduler.store.wakeups import notify_claimed
 
@@ -145,7 +145,7 @@ _RUNNING_SQLITE = running_body_sql(
 _OVERLAPPING_SQLITE = f"""(:overlap_limit IS NOT NULL
     AND EXISTS (SELECT 1 {_EARLIER_SQLITE} AND {_RUNNING_SQLITE})
     AND (SELECT count(*) {_EARLIER_SQLITE}
-         AND ({_RUNNING_SQLITE} OR {waiting_sql(":now")})) >= :overlap_limit)"""
+         AND {occupant_sql(":now", _RUNNING_SQLITE)}) >= :overlap_limit)"""
 _SKIPPED_SQLITE = f"({_PAUSED_SQLITE} OR {_OVERLAPPING_SQLITE})"
 _CLAIM_SQLITE = f"""
     INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, started_attempts,
@@ -258,7 +258,7 @@ _CLAIM_POSTGRES = f"""
             WHEN due.overlap_limit IS NOT NULL
                  AND EXISTS (SELECT {_EARLIER_POSTGRES} AND {_RUNNING_POSTGRES})
                  AND (SELECT count(*) {_EARLIER_POSTGRES}
-                      AND ({_RUNNING_POSTGRES} OR {waiting_sql("statement_timestamp()")})
+                      AND {occupant_sql("statement_timestamp()", _RUNNING_POSTGRES)}
                      ) >= due.overlap_limit THEN 'overlap'
         END AS reason,
         -- Started by the claim (a worker waits for it) only in its job's turn, by the

@@ -26,18 +26,23 @@ RETRYABLE = [RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.ABANDO
 # The active statuses as SQL literals.
 ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 RETRYABLE_SQL = ", ".join(f"'{status}'" for status in RETRYABLE)
-# Overlap: a period is skipped only behind a body of an earlier period of its job that
-# was running when the period fell due (it started no later than the period's instant)
-# and still runs, under a holder alive by every evidence: its lease live, its liveness
-# lock held where it has one (`doubtful` names the holders whose lock went: the claim
+# The scheduler's own late work: a catch-up, a retry or a takeover of a scheduled period.
+LATE_WORK_SQL = "(other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1))"
+# Overlap: a period is skipped only while a body of an earlier period of its job runs
+# that was running when the period fell due (it started no later than the period's
+# instant), under a holder alive by every evidence: its lease live, its liveness lock
+# held where it has one (`doubtful` names the holders whose lock went: the claim
 # statements read them once), and its function not known to have returned (a holder's
-# own claim names its runs whose outcome is still being written, `:returned`). Nothing
-# else makes a period skip: the scheduler's own late or unstarted work (a claim not
-# started, a body that started after the period fell due: a peer's leftover claimed
-# late, a catch-up, a retry, a takeover) and a dead holder's run make it wait its turn
-# instead, oldest first. For `queue` (limit 2) the periods waiting behind such a body
-# count too: one may wait, the next is skipped. `other` is the earlier run's alias,
-# `now` the database clock's SQL, `period` the new period's.
+# own claim names its runs whose outcome is still being written, `:returned`). Then it
+# is skipped once the job's occupants reach the overlap limit (1 for `skip`, 2 for
+# `queue`): such a body of the job's own counts, the scheduler's late work (a catch-up,
+# a retry, a takeover) does not, and the periods already waiting their turn do. So
+# behind an on-time body the next period is skipped at once; behind late work the
+# first waits and only the next is skipped; and nothing else ever makes a period skip:
+# a claim not started (a stall's backlog), a body that started after the period fell
+# due (a peer's leftover claimed late), a function that returned, a holder in doubt.
+# Those periods wait their turn instead and run oldest first. `other` is the earlier
+# run's alias, `now` the database clock's SQL, `period` the new period's.
 
 
 def running_body_sql(now: str, period: str, returned: str, doubtful: str) -> str:
@@ -49,6 +54,12 @@ def running_body_sql(now: str, period: str, returned: str, doubtful: str) -> str
         f" AND other.lease_expires_at > {now} AND other.started_at <= {period}"
         f" AND NOT ({returned}) AND NOT ({doubtful}))"
     )
+
+
+def occupant_sql(now: str, running_body: str) -> str:
+    """`other` counts toward the overlap limit: an on-time running body, or a period
+    waiting its turn under a live lease."""
+    return f"(({running_body} AND NOT {LATE_WORK_SQL}) OR {waiting_sql(now)})"
 
 
 def waiting_sql(now: str) -> str:

@@ -13,7 +13,7 @@ from scheduler.model import Due, NodeIdentity, Started
 from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, nodes, writes
 from scheduler.store.database import Database
-from tests.sql import started_at
+from tests.sql import started_at, update
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEXT = PERIOD + timedelta(seconds=1)
@@ -93,3 +93,15 @@ def test_a_holder_whose_liveness_lock_went_is_in_doubt(postgres_url: str) -> Non
         assert len(result.won) == 1
     finally:
         database.dispose()
+
+
+def test_behind_late_work_one_period_waits_and_the_next_is_skipped(database: Database) -> None:
+    """A takeover's body (attempt 2) running when periods fall due: the first waits its
+    turn behind it, the next is skipped, so no more pile up than the policy allows."""
+    first = _running(database)
+    with database.transaction() as connection:
+        update(connection, "scheduler_runs", {"id": first}, attempt=2)
+    assert claims.claim(database, [Due("sync", NEXT, 30)], "node-b").won
+    after = claims.claim(database, [Due("sync", NEXT + timedelta(seconds=1), 30)], "node-b")
+    assert after.won == []
+    assert len(after.skipped) == 1
