@@ -96,7 +96,14 @@ class AsyncExecutor:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="coroutines", daemon=True).start()
+        threading.Thread(target=self._serve, name="coroutines", daemon=True).start()
+
+    def _serve(self) -> None:
+        """Run the loop until `close`, then release what it holds (its selector)."""
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
 
     def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
         timeout = timeout_of(job)
