@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from scheduler.states import RunStatus
-from tests.acceptance.processes import jobmods, run_command, start_node
+from tests.acceptance.celery_workers import REDIS_URL, celery_env, start_worker
+from tests.acceptance.processes import JOBMODS_PACKAGE, jobmods, run_command, start_node
 from tests.acceptance.records import executions, run_rows
 
 pytestmark = pytest.mark.slow
@@ -99,3 +100,57 @@ def test_trigger_reports_the_jobs_own_exception_as_its_failure(
     assert row["error_traceback"].startswith("Traceback (most recent call last)")
     assert row["lease_expires_at"] is None
     assert sum(executions(evidence).values()) == 1
+
+
+def test_a_celery_worker_records_the_jobs_own_exceptions_as_its_failures(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A real worker (prefork, one pool process) runs a function raising `SystemExit`,
+    then a coroutine whose client raises `TimeoutError`: each is a failed attempt, run
+    once, and the same pool process serves both (none died)."""
+    env = celery_env(tmp_path, postgres_url, f"{REDIS_URL}/14")
+    worker = start_worker(
+        tmp_path,
+        "w1",
+        queue=env["CELERY_TEST_QUEUE"],
+        env=env,
+        concurrency=1,
+        app=f"{JOBMODS_PACKAGE}.on_celery_errors",
+    )
+    results = {}
+    try:
+        for job in ("remote-system-exit", "remote-waits-too-little"):
+            results[job] = run_command(
+                [
+                    *("trigger", job, "--database-url", postgres_url),
+                    *("--jobs", jobmods("on_celery_errors"), "--log-format", "json"),
+                ],
+                tmp_path,
+                timeout=60,
+                **env,
+            )
+    finally:
+        worker.stop()
+    for job, error_type, shown in (
+        ("remote-system-exit", "SystemExit", "raise SystemExit(3)"),
+        ("remote-waits-too-little", "TimeoutError", "wait_for"),
+    ):
+        assert results[job].returncode == 1, results[job].stdout[-3000:]
+        (row,) = run_rows(postgres_url, job)
+        assert (row["status"], row["attempt"], row["error_type"]) == (
+            RunStatus.FAILED,
+            1,
+            error_type,
+        )
+        assert row["holder"].startswith("w1@"), row["holder"]
+        assert shown in row["error_traceback"], row["error_traceback"]
+        (failed,) = [
+            event
+            for event in worker.events()
+            if event.get("event") == "run_failed" and event.get("job") == job
+        ]
+        assert failed["error_type"] == error_type
+    assert sum(executions(tmp_path / "executions.txt").values()) == 2
+    ready = [event for event in worker.events() if event.get("event") == "worker_ready"]
+    assert len(ready) == 1, "the pool process died and another took its place"
+    assert "WorkerLostError" not in worker.text()
