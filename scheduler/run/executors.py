@@ -1,7 +1,9 @@
 """Where a job's function is called: the seam between the run path and the work.
 
 An executor calls a job's function once under its timeout and says how it ended; the
-job's errors never escape it. Three ship today:
+job's errors never escape it. Only the executor's own deadline makes an outcome
+`timed_out`: whatever the job raises (its own `TimeoutError`, `SystemExit`, any
+`BaseException`) is a failure with its traceback. Three ship today:
 
 - `ThreadExecutor`: plain functions, on the worker thread (or a helper thread when there
   is a timeout). A thread cannot be killed: a function that outlives its timeout is
