@@ -13,6 +13,9 @@ inputs.
   gets one unless it was given up: its node died too often, or it was taken too late).
 - **stuck**: items claimed by an attempt that ended without finishing them (one
   finding per job): someone must check their effect by hand.
+- **lingering**: a run that timed out and whose function still runs in its thread (a
+  `timed_out` row whose lease is still held), however long ago: the job's later periods
+  are skipped until it returns. Listed instead of its `timed_out` finding.
 
 Retired jobs (no node runs them any more, see `scheduler.retirement`) are not checked.
 """
@@ -57,6 +60,7 @@ class Problem(StrEnum):
     MISSED = "missed"
     ABANDONED = "abandoned"
     STUCK = "stuck"
+    LINGERING = "lingering"
 
 
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
@@ -168,14 +172,42 @@ def recorded_problem(run: RunRow, retries: int) -> Finding | None:
     return Finding(Problem(run.status), run.job, run.period, run.status, run.reason, detail)
 
 
+def is_lingering(run: RunRow, now: datetime) -> bool:
+    """Timed out with its function still running in its thread: its lease is still held."""
+    return (
+        run.status == RunStatus.TIMED_OUT
+        and run.lease_expires_at is not None
+        and run.lease_expires_at > now
+    )
+
+
+def lingering(run: RunRow, now: datetime) -> Finding:
+    """A timed-out run whose function still runs in its thread: how long it has run."""
+    timed_out_after = _seconds_text((run.duration_ms or 0) / 1000)
+    running = _seconds_text((now - (run.started_at or run.claimed_at)).total_seconds())
+    return Finding(
+        Problem.LINGERING,
+        run.job,
+        run.period,
+        run.status,
+        run.reason,
+        f"timed out after {timed_out_after} and still running on {run.holder} "
+        f"({running} since it started): later periods are skipped until it returns",
+    )
+
+
 def assess(
     jobs: Sequence[WatchedJob],
     expected: Mapping[str, datetime],
     runs_at_expected: Mapping[str, RunRow],
     successes: Mapping[str, Success],
     recorded: Iterable[RunRow],
+    *,
+    lingering_now: Iterable[Finding] = (),
 ) -> list[Finding]:
-    """Every finding, overdue ones first; a period already overdue is not listed twice."""
+    """Every finding: overdue ones first, then runs still running past their timeout
+    (`lingering_now`), then what was recorded; a period already listed is not listed
+    again for what was recorded of it."""
     findings: list[Finding] = []
     for job in jobs:
         if job.name in expected:
@@ -183,10 +215,11 @@ def assess(
             found = overdue(job, period, runs_at_expected.get(job.name), successes.get(job.name))
             if found:
                 findings.append(found)
-    overdue_keys = {(f.job, f.period) for f in findings}
     retries = {job.name: job.retries for job in jobs}
+    findings += [finding for finding in lingering_now if finding.job in retries]
+    listed = {(f.job, f.period) for f in findings}
     for run in recorded:
-        if run.job not in retries or (run.job, run.period) in overdue_keys:
+        if run.job not in retries or (run.job, run.period) in listed:
             continue
         found = recorded_problem(run, retries[run.job])
         if found:
@@ -241,6 +274,7 @@ def gather(
         queries.runs_at(database, expected),
         queries.last_successes(database),
         queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
+        lingering_now=[lingering(run, now) for run in queries.lingering(database)],
     )
     stuck_items = stored_items.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
     findings += stuck(stuck_items, {job.name for job in jobs})
@@ -261,6 +295,16 @@ def gather(
 
 def _status_text(run: RunRow) -> str:
     return f"{run.status} ({run.reason})" if run.reason else run.status
+
+
+def _seconds_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def _error_text(run: RunRow) -> str:

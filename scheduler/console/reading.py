@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from scheduler import retirement
 from scheduler.admin import Admin, RunDetail
-from scheduler.check import alive
+from scheduler.check import Finding, alive, is_lingering, lingering
 from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
 from scheduler.model import ONE_SHOT, JobRow
 from scheduler.store import checkpoints, overview, queries
@@ -76,6 +76,8 @@ class RunPage:
     attempts: list[AttemptRow]
     checkpoint: str | None
     items: list[ItemRow]
+    # Timed out with its function still running: what `scheduler check` says of it.
+    lingering: Finding | None = None
 
 
 @dataclass(frozen=True)
@@ -145,12 +147,15 @@ def read_job(admin: Admin, name: str) -> JobPage | None:
 
 def read_run(admin: Admin, detail: RunDetail) -> RunPage:
     database = admin.database
+    header = fleet(admin)
+    run = detail.run
     return RunPage(
-        fleet=fleet(admin),
+        fleet=header,
         detail=detail,
-        attempts=merged_attempts(detail.run, detail.attempts),
-        checkpoint=checkpoints.load(database, detail.run.id),
-        items=overview.items_of_run(database, detail.run.id),
+        attempts=merged_attempts(run, detail.attempts),
+        checkpoint=checkpoints.load(database, run.id),
+        items=overview.items_of_run(database, run.id),
+        lingering=lingering(run, header.now) if is_lingering(run, header.now) else None,
     )
 
 

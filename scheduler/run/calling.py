@@ -1,8 +1,16 @@
 """Calling a job's function once, in whatever thread or process the executor chose: its
-log lines bound to the run, its exception turned into data."""
+log lines bound to the run, its exception turned into data.
+
+Whatever the job raises is the job's: `TimeoutError` from its own client, `SystemExit`,
+`KeyboardInterrupt`, a `CancelledError` of its own tasks, any `BaseException`. Each is a
+failure of the attempt with its traceback. Only the call itself is guarded: nothing of
+ours around it swallows a `BaseException`, and the one thing re-raised is the
+cancellation of a coroutine's own task, which only its executor asks for (its deadline).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from typing import Any
 
@@ -38,10 +46,10 @@ def call(job: Job, context: RunContext) -> Outcome:
 
 
 def _call_bound(job: Job, context: RunContext) -> Outcome:
+    bind_contextvars(**run_fields(context))
     try:
-        bind_contextvars(**run_fields(context))
         job.func(*arguments(job, context))
-    except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
+    except BaseException as error:  # noqa: BLE001 - the job's, SystemExit too: data, not our exit
         return failed(error)
     return SUCCEEDED
 
@@ -53,9 +61,17 @@ async def bound(job: Job, context: RunContext) -> Any:
 
 
 async def call_async(job: Job, context: RunContext) -> Outcome:
-    """Await a coroutine function on the running loop."""
+    """Await a coroutine function on the running loop, as the task's outermost coroutine:
+    a `SystemExit` or `KeyboardInterrupt` that reached the task would stop the event loop
+    itself. A `CancelledError` is the job's unless this task was asked to stop (the
+    executor's deadline), which is re-raised for the executor to see."""
     try:
         await bound(job, context)
-    except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
+    except asyncio.CancelledError as error:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return failed(error)
+    except BaseException as error:  # noqa: BLE001 - the job's, SystemExit too: data, not our exit
         return failed(error)
     return SUCCEEDED

@@ -19,10 +19,11 @@ from multiprocessing.connection import Connection
 
 from scheduler import logs
 from scheduler.logs import LogFormat
-from scheduler.model import Claim
+from scheduler.model import Claim, Failure
 from scheduler.registry import Job
 from scheduler.run.calling import call, call_async
 from scheduler.run.context import RunContext
+from scheduler.run.failures import describe
 from scheduler.run.items import RunItems
 from scheduler.states import Origin
 from scheduler.store.database import open_database
@@ -49,11 +50,24 @@ class ChildRun:
 
 
 def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> None:
-    """Entry point of the child: import the job's module, call it, send back the outcome."""
+    """Entry point of the child: import the job's module, call it, send back the outcome.
+
+    Whatever the job's code raises, at import or in the call, `SystemExit` and
+    `KeyboardInterrupt` included, goes back as its failure with the traceback (the exit
+    status alone would say nothing of it)."""
     # Ctrl-C reaches the whole process group; the node decides when its children stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_leave_with_node, args=(lifeline,), daemon=True).start()
     logs.configure(*payload.log_settings)
+    try:
+        failure = _call(payload)
+    except BaseException as error:  # noqa: BLE001 - the job module's: data, not an exit status
+        failure = describe(error)
+    sender.send(failure)
+    sender.close()
+
+
+def _call(payload: ChildRun) -> Failure | None:
     module = importlib.import_module(payload.module)
     job = next(
         candidate
@@ -77,8 +91,7 @@ def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> N
         run_items=_child_items(payload),
     )
     outcome = asyncio.run(call_async(job, context)) if job.is_async else call(job, context)
-    sender.send(outcome.failure)
-    sender.close()
+    return outcome.failure
 
 
 def _leave_with_node(lifeline: Connection) -> None:

@@ -45,6 +45,7 @@ from scheduler.run.executors import Executors
 from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, valid_until
 from scheduler.run.observers import Ending, RunObserver
+from scheduler.run.overdue import outlast
 from scheduler.run.writer import Settled
 from scheduler.states import RunStatus
 from scheduler.store import handoff, renewals, writes
@@ -206,7 +207,8 @@ class WorkerRuns:
                 )
             )
             if outcome.lingering is not None and settled is Settled.WRITTEN:
-                outcome.lingering.join()  # the work still runs: its retry waits for it
+                # The work still runs: its retry waits for it (said once if overdue).
+                outlast(outcome.lingering, log)
                 self._release(claim, held, log)
         finally:
             # A run cut short by a bug of ours still ends its watch (once only).

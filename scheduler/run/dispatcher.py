@@ -39,11 +39,12 @@ from scheduler.remote import Remote
 from scheduler.run import observers, orphans, outcomes, remote
 from scheduler.run.active import ActiveRun, Phase
 from scheduler.run.executors import Executors
-from scheduler.run.failures import Outcome
+from scheduler.run.failures import Lingering, Outcome
 from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, lease_margin, valid_until
 from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.orphans import Orphan
+from scheduler.run.overdue import outlast
 from scheduler.run.starter import Starter
 from scheduler.run.threads import RunThreads
 from scheduler.run.writer import RunWriter, Settled
@@ -446,7 +447,7 @@ class Dispatcher:
         active: ActiveRun,
         watching: observers.Watching,
         ending: Ending,
-        lingering: threading.Thread | None,
+        lingering: Lingering | None,
     ) -> None:
         try:
             watching.ended(ending)
@@ -458,9 +459,10 @@ class Dispatcher:
             else:
                 self._done(active)
 
-    def _outlast(self, active: ActiveRun, lingering: threading.Thread) -> None:
-        """Wait for a timed-out function to return in its thread, then let its retry go."""
-        lingering.join()
+    def _outlast(self, active: ActiveRun, lingering: Lingering) -> None:
+        """Wait for a timed-out function to return in its thread (saying once if it is
+        overdue), then let its retry go."""
+        outlast(lingering, active.context.log)
         try:
             self._persist(active, partial(writes.release, self._database, active.claim), False)
         finally:

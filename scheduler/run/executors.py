@@ -1,7 +1,9 @@
 """Where a job's function is called: the seam between the run path and the work.
 
 An executor calls a job's function once under its timeout and says how it ended; the
-job's errors never escape it. Three ship today:
+job's errors never escape it. Only the executor's own deadline makes an outcome
+`timed_out`: whatever the job raises (its own `TimeoutError`, `SystemExit`, any
+`BaseException`) is a failure with its traceback. Three ship today:
 
 - `ThreadExecutor`: plain functions, on the worker thread (or a helper thread when there
   is a timeout). A thread cannot be killed: a function that outlives its timeout is
@@ -24,7 +26,9 @@ import asyncio
 import contextvars
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Protocol
@@ -33,10 +37,10 @@ from scheduler import logs
 from scheduler.model import Failure
 from scheduler.policy import Isolation
 from scheduler.registry import Job
-from scheduler.run.calling import bound, call
+from scheduler.run.calling import call, call_async
 from scheduler.run.child import ChildRun, child_main
 from scheduler.run.context import RunContext
-from scheduler.run.failures import SUCCEEDED, Outcome, failed, timed_out
+from scheduler.run.failures import SUCCEEDED, Lingering, Outcome, failed, timed_out
 from scheduler.states import RunStatus
 
 CHILD_POLL_S = 0.1
@@ -71,11 +75,13 @@ class ThreadExecutor:
             name=f"job:{job.name}",
             daemon=True,
         )
+        began = time.monotonic()
         runner.start()
         runner.join(timeout)
         if runner.is_alive():
             context.cancelled.set()
-            return Outcome(RunStatus.TIMED_OUT, timed_out(timeout).failure, lingering=runner)
+            lingering = Lingering(runner, began, timeout)
+            return Outcome(RunStatus.TIMED_OUT, timed_out(timeout).failure, lingering=lingering)
         return result[0]
 
     def close(self) -> None:
@@ -83,27 +89,48 @@ class ThreadExecutor:
 
 
 class AsyncExecutor:
-    """One event loop in its own thread; the worker thread waits for its coroutine."""
+    """One event loop in its own thread; the worker thread waits for its coroutine.
+
+    The coroutine (`call_async`) turns every way the job ends into an outcome, so a
+    future still pending when the wait ends means one thing only: the deadline passed.
+    (`future.result(timeout)` raises the same `TimeoutError` for its own wait and for a
+    `TimeoutError` the job raised, as `asyncio.wait_for` and most clients do.)"""
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="coroutines", daemon=True).start()
+        threading.Thread(target=self._serve, name="coroutines", daemon=True).start()
+
+    def _serve(self) -> None:
+        """Run the loop until `close`, then release what it holds (its selector)."""
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
 
     def call(self, job: Job, context: RunContext, attach: Attach) -> Outcome:
         timeout = timeout_of(job)
-        future = asyncio.run_coroutine_threadsafe(bound(job, context), self._loop)
-        try:
-            future.result(timeout)
-        except TimeoutError:
+        future = asyncio.run_coroutine_threadsafe(call_async(job, context), self._loop)
+        done, _ = futures.wait([future], timeout)
+        if not done and timeout is not None:
             context.cancelled.set()
             future.cancel()
             return timed_out(timeout)
-        except Exception as error:  # noqa: BLE001 - a job's failure is data, not our crash
-            return failed(error)
-        return SUCCEEDED
+        return _settled(future)
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def _settled(future: futures.Future[Outcome]) -> Outcome:
+    """The outcome of a finished coroutine: `call_async` returns one for everything the job
+    does, except a cancellation of its own task (the job cancelled the task it runs in)."""
+    if future.cancelled():
+        return Outcome(
+            RunStatus.FAILED,
+            Failure("asyncio.exceptions.CancelledError", "the job's task was cancelled", ""),
+        )
+    error = future.exception()
+    return failed(error) if error is not None else future.result()
 
 
 class ProcessExecutor:

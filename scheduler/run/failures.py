@@ -17,21 +17,34 @@ MESSAGE_LIMIT = 2000
 
 
 @dataclass(frozen=True)
+class Lingering:
+    """A function that outlived its timeout in its thread and still runs there."""
+
+    thread: threading.Thread
+    # When it was called (this process's monotonic clock), and its timeout in seconds.
+    began: float
+    timeout: float
+
+
+@dataclass(frozen=True)
 class Outcome:
     status: RunStatus
     failure: Failure | None = None
-    # A function that outlived its timeout in its thread and still runs there.
-    lingering: threading.Thread | None = field(default=None, compare=False)
+    lingering: Lingering | None = field(default=None, compare=False)
 
 
 SUCCEEDED = Outcome(RunStatus.SUCCEEDED)
 
 
 def failed(error: BaseException) -> Outcome:
+    """The job raised: any exception of its own, `TimeoutError`, `SystemExit` or another
+    `BaseException` alike, is a failure of the attempt, never the scheduler's timeout."""
     return Outcome(RunStatus.FAILED, describe(error))
 
 
-def timed_out(timeout: float | None) -> Outcome:
+def timed_out(timeout: float) -> Outcome:
+    """The scheduler's own deadline passed: only an executor that waited `timeout`
+    seconds in vain says so."""
     return Outcome(
         RunStatus.TIMED_OUT,
         Failure(type="TimeoutError", message=f"did not finish within {timeout:g}s", traceback=""),

@@ -36,7 +36,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Active:
-    """A run claimed or running now, on the node that holds it."""
+    """A run claimed or running now, on the node that holds it (or `timed_out`, its
+    function still running there)."""
 
     job: str
     period: datetime
@@ -111,10 +112,13 @@ def _recent(database: Database, columns: Sequence[str]) -> str:
 
 
 def in_progress(database: Database) -> list[Active]:
-    """Every run claimed or running now, oldest period first (what the nodes run)."""
+    """Every run claimed or running now, oldest period first (what the nodes run), and
+    those timed out whose function still runs in its thread (their lease still held)."""
     statement = f"""
         SELECT job, period, id, status, holder, started_at FROM {RUNS}
-        WHERE live AND status IN ({ACTIVE_SQL}) ORDER BY period, job
+        WHERE live AND (status IN ({ACTIVE_SQL})
+            OR (status = 'timed_out' AND lease_expires_at > {database.now}))
+        ORDER BY period, job
     """
     with database.transaction() as connection:
         return [Active(**row._asdict()) for row in connection.execute(statement)]

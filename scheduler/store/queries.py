@@ -254,6 +254,19 @@ def recorded_since(database: Database, statuses: Collection[str], since: datetim
     )
 
 
+def lingering(database: Database) -> list[RunRow]:
+    """Runs that timed out with their function still running in its thread: `timed_out`
+    rows whose lease is still held (the holder keeps it until the function returns, and
+    the job's later periods are skipped meanwhile), oldest period first, however old. A
+    lease that ran out is a dead holder's, not a lingering run."""
+    return _runs(
+        database,
+        f"live AND status = 'timed_out' AND lease_expires_at > {database.now}",
+        {},
+        "ORDER BY period, job",
+    )
+
+
 def count_by_job(
     database: Database, statuses: Collection[str], *, recorded_since: datetime | None = None
 ) -> dict[str, int]:

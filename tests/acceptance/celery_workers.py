@@ -111,6 +111,7 @@ def start_worker(
     env: Mapping[str, str],
     concurrency: int = 2,
     pool: str = "prefork",
+    app: str = APP,
 ) -> Worker:
     log_path = cwd / f"{name}.log"
     with log_path.open("wb") as out:
@@ -120,7 +121,7 @@ def start_worker(
                 "-m",
                 "celery",
                 "-A",
-                APP,
+                app,
                 "worker",
                 "-Q",
                 queue,

@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 from scheduler.cli import main
 from scheduler.store.database import Database
 from tests.integration import seed
+from tests.sql import update
 
 # A yearly job: its latest expected period is the same whenever this test runs.
 YEARLY = "0 0 1 1 *"
@@ -169,3 +170,47 @@ def test_a_run_abandoned_for_good_is_listed(database_url: str, database: Databas
     result, report = check(database_url)
     assert result.exit_code == 1
     assert problems(report) == [("abandoned", "hourly", period)], "only the one given up"
+
+
+def test_a_run_still_running_past_its_timeout_is_listed_however_old(
+    database_url: str, database: Database
+) -> None:
+    """A timed-out run whose lease its holder still keeps (its function has not returned
+    in its thread) is `lingering`, listed instead of its `timed_out` even outside the
+    window; once the lease is dropped or ran out (a dead holder) it is a `timed_out`
+    recorded like any other."""
+    seed.add_job(database, "hourly", "0 * * * *", first_seen=seed.now(), alert_after=3600)
+    period = (seed.now() - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    run_id = seed.add_run(
+        database,
+        "hourly",
+        period,
+        "timed_out",
+        finished_at=seed.now() - timedelta(minutes=10),
+        duration_ms=30_000,
+    )
+    with database.transaction() as connection:
+        lease = seed.now() + timedelta(seconds=30)
+        update(connection, "scheduler_runs", {"id": run_id}, lease_expires_at=lease)
+    for window in ("1d", "1m"):
+        result, report = check(database_url, "--window", window)
+        assert result.exit_code == 1, result.output
+        (finding,) = report["findings"]
+        assert (finding["problem"], finding["job"], finding["status"]) == (
+            "lingering",
+            "hourly",
+            "timed_out",
+        )
+        assert finding["detail"].startswith("timed out after 30.0s and still running on node-a (")
+        assert finding["detail"].endswith("later periods are skipped until it returns")
+    text = CliRunner().invoke(main, ["check", "--database-url", database_url])
+    assert text.stdout.splitlines()[0].split()[:2] == ["LINGERING", "hourly"]
+
+    with database.transaction() as connection:
+        gone = seed.now() - timedelta(seconds=1)
+        update(connection, "scheduler_runs", {"id": run_id}, lease_expires_at=gone)
+    result, report = check(database_url)
+    assert result.exit_code == 1
+    assert problems(report) == [("timed_out", "hourly", period)]
+    result, report = check(database_url, "--window", "1m")
+    assert (result.exit_code, report["findings"]) == (0, [])

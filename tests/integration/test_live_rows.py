@@ -165,6 +165,7 @@ LOOKUPS: dict[str, Call] = {
     ),
     "runs of a node superseded": lambda db: nodes.supersede(db, ["node-z"]),
     "runs in progress": overview.in_progress,
+    "runs still running past their timeout": queries.lingering,
     "runs, failed": lambda db: queries.list_runs(db, statuses=["failed"]),
     "runs, running or missed": lambda db: queries.list_runs(db, statuses=["running", "missed"]),
     "problems recorded lately": lambda db: queries.recorded_since(

@@ -11,6 +11,8 @@ from scheduler.check import (
     alive,
     assess,
     expected_period,
+    is_lingering,
+    lingering,
     overdue,
     recorded_problem,
 )
@@ -156,6 +158,55 @@ def test_assess_lists_overdue_first_and_never_the_same_period_twice() -> None:
     assert [(f.problem, f.job, f.period) for f in findings] == [
         (Problem.OVERDUE, "hourly", at(11)),
         (Problem.MISSED, "hourly", at(3)),
+    ]
+
+
+def test_a_timed_out_run_whose_lease_is_still_held_lingers() -> None:
+    """Its function still runs in its thread (the holder keeps the lease until it
+    returns); a lease that ran out is a dead holder's, and a lease of a run in hand is no
+    timeout at all."""
+    held = run(at(9), "timed_out", lease_expires_at=NOW + timedelta(seconds=20))
+    assert is_lingering(held, NOW)
+    assert not is_lingering(replace(held, lease_expires_at=NOW - timedelta(seconds=1)), NOW)
+    assert not is_lingering(replace(held, lease_expires_at=None), NOW)
+    assert not is_lingering(replace(held, status="running"), NOW)
+
+
+def test_a_lingering_run_says_how_long_it_has_run_past_its_timeout() -> None:
+    held = run(
+        at(9),
+        "timed_out",
+        started_at=at(9),
+        duration_ms=30_000,
+        lease_expires_at=at(12, 1),
+        holder="node-b",
+    )
+    finding = lingering(held, at(12))
+    assert (finding.problem, finding.job, finding.period, finding.status) == (
+        Problem.LINGERING,
+        "hourly",
+        at(9),
+        "timed_out",
+    )
+    assert finding.detail == (
+        "timed out after 30.0s and still running on node-b (3h00m since it started): "
+        "later periods are skipped until it returns"
+    )
+
+
+def test_assess_lists_a_lingering_run_instead_of_its_timeout_and_only_for_watched_jobs() -> None:
+    held = run(at(9), "timed_out", started_at=at(9), lease_expires_at=NOW + timedelta(minutes=1))
+    stranger = replace(held, job="removed-job")
+    findings = assess(
+        [HOURLY],
+        {},
+        {},
+        {},
+        [held, stranger],
+        lingering_now=[lingering(held, NOW), lingering(stranger, NOW)],
+    )
+    assert [(f.problem, f.job, f.period) for f in findings] == [
+        (Problem.LINGERING, "hourly", at(9)),
     ]
 
 
