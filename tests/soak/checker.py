@@ -373,16 +373,19 @@ def items_done_twice(history: History) -> list[Finding]:
 # Rule 3 ------------------------------------------------------------------------------
 
 
-def _recorded_end(history: History, body: Body) -> float | None:
-    record = _outcome_records(history).get(body.attempt_key)
-    return record.finished_at if record is not None else None
-
-
 def occupancy(history: History, body: Body) -> tuple[float, float]:
-    """When a body kept its job occupied: from its start until it ended or its outcome was
-    written, whichever came later (a run stays in hand until its outcome is written)."""
-    ends = [t for t in (body.end, _recorded_end(history, body)) if t is not None]
-    return body.start, max(ends) if ends else float("inf")
+    """When a body kept its job occupied: from its attempt's start (the runs or attempts
+    table's `started_at`, when the run was marked running: a child process writes its
+    first line only once its interpreter is up) or its first line, whichever came first,
+    until it ended or its outcome was written, whichever came later (a run stays in hand
+    until its outcome is written)."""
+    record = _outcome_records(history).get(body.attempt_key)
+    starts = [body.start]
+    ends = [t for t in (body.end,) if t is not None]
+    if record is not None:
+        starts += [record.started_at] if record.started_at is not None else []
+        ends += [record.finished_at] if record.finished_at is not None else []
+    return min(starts), max(ends) if ends else float("inf")
 
 
 def skip_justified(history: History, row: RunRow, found: Sequence[Body]) -> bool:
