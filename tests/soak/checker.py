@@ -248,6 +248,21 @@ def _outcome_records(history: History) -> dict[tuple[str, int], RunRow | Attempt
     return records
 
 
+@functools.lru_cache(maxsize=4)
+def _attempt_events(history: History) -> dict[tuple[str, int], list[NodeEvent]]:
+    """The node log lines about each attempt (run id, attempt)."""
+    found: dict[tuple[str, int], list[NodeEvent]] = defaultdict(list)
+    for event in history.events:
+        if event.run_id is not None and event.attempt is not None:
+            found[(event.run_id, event.attempt)].append(event)
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _rows(history: History) -> dict[tuple[str, datetime], RunRow]:
+    return {(row.job, row.period): row for row in history.runs}
+
+
 # Rule 1 ------------------------------------------------------------------------------
 
 
@@ -259,8 +274,7 @@ def orphaned(history: History, body: Body) -> bool:
     if spec is None or not spec.non_cooperative:
         return False
     return any(
-        event.event == "run_orphaned" and (event.run_id, event.attempt) == body.attempt_key
-        for event in history.events
+        event.event == "run_orphaned" for event in _attempt_events(history)[body.attempt_key]
     )
 
 
@@ -268,10 +282,8 @@ def given_up_before(history: History, body: Body, instant: float) -> bool:
     """Whether the body's node had given its run up (`lease_lost` for that attempt)
     before `instant`."""
     return any(
-        event.event == "lease_lost"
-        and (event.run_id, event.attempt) == body.attempt_key
-        and event.wall < instant
-        for event in history.events
+        event.event == "lease_lost" and event.wall < instant
+        for event in _attempt_events(history)[body.attempt_key]
     )
 
 
@@ -305,7 +317,7 @@ def completed_twice(history: History, found: Sequence[Body]) -> tuple[list[Findi
     every completion but the one the runs table recorded (or, with none recorded, the
     last) falls in window (a) or (b). Each allowed double is reported with its reason."""
     findings, allowed = [], []
-    rows = {(row.job, row.period): row for row in history.runs}
+    rows = _rows(history)
     for (job, period), group in _by_period(found).items():
         completions = sorted((b for b in group if b.completed), key=lambda b: b.end or 0.0)
         if len(completions) < 2:
@@ -409,7 +421,7 @@ def skip_justified(history: History, row: RunRow, found: Sequence[Body]) -> bool
         return bool(running)
     if not running:
         return False
-    rows = {(r.job, r.period): r for r in history.runs}
+    rows = _rows(history)
     first_start: dict[datetime, float] = {}
     for body in earlier:
         first_start[body.period] = min(first_start.get(body.period, body.start), body.start)
@@ -461,7 +473,7 @@ def unaccounted_periods(history: History, found: Sequence[Body], verdict: Verdic
     still claimed, running or queued once the settle is over, a missed period, any other
     skip, or no row at all is unaccounted."""
     findings = []
-    rows = {(row.job, row.period): row for row in history.runs}
+    rows = _rows(history)
     completions = {(b.job, b.period) for b in found if b.close in (END, SEEN)}
     start, settle = history.window
 
