@@ -289,9 +289,10 @@ def given_up_before(history: History, body: Body, instant: float) -> bool:
 
 def outcome_lost_to_fault(history: History, body: Body) -> FaultRecord | None:
     """Window (b), at-least-once across crashes: the body completed while its node still
-    held the run (no `lease_lost` for that attempt before its end: a body that completes
-    after its run was given up is window (a)'s case), no `succeeded` or `failed` record
-    of its attempt exists, and a SIGKILL, SIGSTOP, cut or black hole of its node was
+    held the run (no `lease_lost` for that attempt before its end, and the attempt not
+    yet ended or taken over in the tables then: a body that completes after its run was
+    given up is window (a)'s case), no `succeeded` or `failed` record of its attempt
+    exists, and a SIGKILL, SIGSTOP, cut or black hole of its node was
     active at some moment of [its end, its end + 2 s] (it began in that window, or had
     begun earlier and was still going: either way the node could not write the outcome
     in time). The fault that explains it, or None."""
@@ -300,6 +301,8 @@ def outcome_lost_to_fault(history: History, body: Body) -> FaultRecord | None:
     record = _outcome_records(history).get(body.attempt_key)
     if record is not None and record.status in ("succeeded", "failed"):
         return None
+    if record is not None and record.finished_at is not None and record.finished_at < body.end:
+        return None  # taken over (or ended) before the body completed: not held any more
     name = node_name(body.node)
     for fault in history.faults:
         if (

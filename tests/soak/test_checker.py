@@ -196,6 +196,11 @@ def test_window_b_refuses_what_does_not_fit() -> None:
     # The node had given the run up before the body ended: window (a)'s case, not (b)'s.
     lost = [event("lease_lost", NODE_1, 6.0, "r")]
     assert rules(check(_twice(faults=[kill], events=lost))) == ["1 completed twice"]
+    # Or the run was taken over before it ended (its lease had run out on the database).
+    over = AttemptRow("r", 1, "tick", at(0), NODE_1, "abandoned", "lease_expired", T0, T0 + 6.5)
+    assert rules(check(_twice(faults=[kill], attempts=[over]))) == ["1 completed twice"]
+    later = replace(over, finished_at=T0 + 7.6)
+    assert check(_twice(faults=[kill], attempts=[later])).ok
 
 
 def test_a_cancelled_or_seen_body_is_no_completion() -> None:
