@@ -14,6 +14,36 @@ from scheduler.store.database import Database, open_database
 from tests.databases import postgres_database
 from tests.postgres_cluster import Cluster, throwaway_cluster
 
+# The fault soak's length beyond which pytest-timeout is not to stop it: setting up, the
+# nodes' drains and the checker.
+SOAK_OVERHEAD_S = 300
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The fault soak's options (pytest reads `pytest_addoption` from the root conftest
+    only): how long, and which fault plan (tests/soak/README.md)."""
+    group = parser.getgroup("soak", "the fault soak (tests/soak)")
+    group.addoption(
+        "--soak-minutes",
+        type=float,
+        default=3.0,
+        help="how long the fault soak injects faults and settles (default 3)",
+    )
+    group.addoption(
+        "--soak-seed",
+        type=int,
+        default=None,
+        help="the seed of the soak's fault plan (default: a random one, printed)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The soak's timeout follows --soak-minutes."""
+    minutes = float(config.getoption("--soak-minutes"))
+    for item in items:
+        if item.get_closest_marker("soak") is not None:
+            item.add_marker(pytest.mark.timeout(minutes * 60 + SOAK_OVERHEAD_S))
+
 
 @pytest.fixture(scope="session")
 def postgres_template() -> Iterator[str]:
