@@ -1,4 +1,5 @@
-"""Alembic environment: the engine comes from `scheduler migrate`, or from -x url=… .
+"""Alembic environment: the connection (inside its transaction, under the migration
+lock) or the engine comes from `scheduler migrate`, or the URL from -x url=… .
 
 The revision is kept in `scheduler_alembic_version`, not Alembic's default
 `alembic_version`, which belongs to the application when it uses Alembic too; and
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from alembic import context
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 
 from scheduler.store.schema import VERSION_TABLE, metadata
 
@@ -51,19 +52,26 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def _run_on(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+        version_table=VERSION_TABLE,
+        include_name=_ours,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
 def run_migrations_online() -> None:
-    engine = _engine()
-    with engine.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
-            compare_type=True,
-            version_table=VERSION_TABLE,
-            include_name=_ours,
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+    given = config.attributes.get("connection")
+    if isinstance(given, Connection):  # its transaction is the caller's to commit
+        _run_on(given)
+        return
+    with _engine().connect() as connection:
+        _run_on(connection)
         connection.commit()
 
 

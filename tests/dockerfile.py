@@ -58,8 +58,13 @@ def env_pairs(instruction: Instruction) -> list[tuple[str, str]]:
 
 
 def parse(path: Path = DOCKERFILE) -> list[Stage]:
+    return parse_text(path.read_text())
+
+
+def parse_text(source: str) -> list[Stage]:
+    """The stages of a Dockerfile's text (compose.celery.yaml's is inline)."""
     stages: list[Stage] = []
-    for keyword, text in _instructions(path.read_text()):
+    for keyword, text in _instructions(source):
         if keyword == "FROM":
             match = re.fullmatch(r"(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", text, re.IGNORECASE)
             assert match, f"FROM {text}: cannot read"

@@ -24,9 +24,13 @@ from scheduler.remote import RemoteError, TaskMessage
 TASK_NAME = "scheduler.run"
 # How long a message may wait in the queue, by default, before its period is sent again.
 DEFAULT_DEADLINE = "60s"
-# Celery's own `expires` on the message: later than our deadline (the database decides,
-# by its clock); it only keeps a message nobody can use any more from being run at all.
-EXPIRES_SLACK_S = 30.0
+# A message's broker TTL, this much past its deadline. Relative, and counted by the broker
+# from the enqueue (RabbitMQ's per-message `expiration`; Redis keeps none): it only drops
+# a copy whose run was retaken by then. Celery's `expires` is not used: it travels as an
+# absolute time on the sender's clock, which a worker compares with its own, and a node
+# whose host clock is behind sent messages that arrived expired. The fence already
+# refuses a stale copy, whatever the clocks say.
+TTL_SLACK_S = 30.0
 # Kombu's retries of one publish while the broker reconnects (about 1.5 s in all); past
 # them the send has failed and the period is sent again a moment later (see run.remote).
 RETRY_POLICY = {"max_retries": 3, "interval_start": 0.1, "interval_step": 0.4, "interval_max": 1}
@@ -110,7 +114,7 @@ class CeleryExecution:
                 TASK_NAME,
                 kwargs=message.as_kwargs(),
                 task_id=message.task_id,
-                expires=message.deadline_s + EXPIRES_SLACK_S,
+                expiration=message.deadline_s + TTL_SLACK_S,
                 retry=True,
                 retry_policy=RETRY_POLICY,
                 **options,

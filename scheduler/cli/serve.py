@@ -211,8 +211,7 @@ def migrate(
             sys.exit(BEHIND)
         return
     database = open_database(database_url, must_exist=False)
-    before = migrations.current_revision(database)
-    migrations.upgrade(database)
+    before = migrations.upgrade(database)  # as found under the migration lock
     after = migrations.current_revision(database)
     logs.get_logger().info("schema_migrated", before=before, after=after)
     database.dispose()

@@ -338,7 +338,7 @@ class Database:
                     ]
                 )
             except BaseException:
-                with contextlib.suppress(*driver_errors()):
+                with contextlib.suppress(*driver_errors(True)):
                     connection.execute("ROLLBACK")
                 raise
         return results[2:-1]
@@ -358,12 +358,13 @@ class Database:
         share = self.share
         if share is not None:
             share.enter()
-        errors = driver_errors()
+        postgres = self.is_postgres
+        errors = driver_errors(postgres)
         try:
             try:
                 raw = self.pool.borrow()
             except errors as error:
-                raise translate(error, connection_lost=True) from error
+                raise translate(error, postgres=postgres, connection_lost=True) from error
             if self.is_postgres:
                 threshold = PREPARE_THRESHOLD if self.server_sessions.prepared else None
                 if raw.prepare_threshold != threshold:
@@ -373,7 +374,9 @@ class Database:
                 with self._watched(raw):
                     yield connection
             except errors as error:
-                raise translate(error, connection_lost=_lost(connection)) from error
+                raise translate(
+                    error, postgres=postgres, connection_lost=_lost(connection)
+                ) from error
             finally:
                 self.pool.give_back(raw, broken=_unusable(connection), lost=_lost(connection))
         finally:
@@ -416,7 +419,7 @@ def _committed(connection: Connection, value: T) -> Iterator[T]:
     try:
         yield value
     except BaseException:
-        with contextlib.suppress(*driver_errors()):
+        with contextlib.suppress(*driver_errors(connection.is_postgres)):
             connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")

@@ -8,15 +8,16 @@ Every call of the store turns a driver's error into one of two:
 - `StoreRejectedError`: the database refused this request, or it could not be sent as it
   is (a constraint, a value no driver encodes): retrying it unchanged fails again.
 
-`message` is the driver's own first line, for a log field or a CLI error. The drivers
-are told apart by their module, so that neither is imported here: a node on SQLite
-never loads psycopg.
+`message` is the driver's own first line, for a log field or a CLI error. Which driver's
+errors to expect is the database's backend, never whatever `sys.modules` holds: a node on
+SQLite never loads psycopg, and must not look at it while a job's thread imports it (a
+half-initialised module has no `Error` yet, and reading it killed a side thread).
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-import sys
 
 # Raised from inside a statement by the driver itself, for a value it cannot send: a
 # lone surrogate in a text.
@@ -44,15 +45,21 @@ class StoreRejectedError(StoreError):
     """The database refused this request (or it could not be sent as it is)."""
 
 
-def driver_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a driver in use may raise (psycopg's only once it is loaded)."""
-    psycopg = sys.modules.get("psycopg")
+@functools.cache
+def driver_errors(postgres: bool) -> tuple[type[BaseException], ...]:
+    """The exceptions the driver of a database may raise: psycopg's only on PostgreSQL,
+    whose opening imported it in full (an import here waits for one under way)."""
     found: tuple[type[BaseException], ...] = (sqlite3.Error, *UNSENDABLE)
-    return (*found, psycopg.Error) if psycopg is not None else found
+    if not postgres:
+        return found
+    import psycopg  # noqa: PLC0415 - loaded by then: the database opened with it
+
+    return (*found, psycopg.Error)
 
 
-def translate(error: BaseException, *, connection_lost: bool = False) -> StoreError:
-    """The store's error for a driver's or an unsendable value's.
+def translate(error: BaseException, *, postgres: bool, connection_lost: bool = False) -> StoreError:
+    """The store's error for a driver's or an unsendable value's, from a database on
+    PostgreSQL (`postgres`) or SQLite.
 
     `connection_lost`: the connection the error came from is closed or broken, so
     whatever the error says, the request never got an answer.
@@ -63,11 +70,13 @@ def translate(error: BaseException, *, connection_lost: bool = False) -> StoreEr
     if connection_lost or isinstance(error, sqlite3.OperationalError):
         # SQLite: a busy database (its lock waited for too long) or a file gone.
         return StoreUnavailableError(message)
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is not None and isinstance(error, psycopg.Error):
+    if postgres:
+        import psycopg  # noqa: PLC0415 - see driver_errors
+
         if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
             return StoreUnavailableError(message)
-        return StoreRejectedError(message)
+        if isinstance(error, psycopg.Error):
+            return StoreRejectedError(message)
     if isinstance(error, sqlite3.Error):
         return StoreRejectedError(message)
     return StoreUnavailableError(message)

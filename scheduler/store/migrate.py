@@ -5,7 +5,11 @@ The scheduler records its revision in a version table of its own,
 `scheduler_alembic_version`, so that it shares a database with an application that
 uses Alembic too (whose revisions live in `alembic_version`). Versions up to 0.1.0
 wrote to `alembic_version`; such a database is still read as it is, and `upgrade`
-moves the revision over in one transaction (see `adopt_legacy_revision`).
+moves the revision over (see `adopt_legacy_revision`).
+
+An upgrade is one transaction under the migration lock (`migrating`): replicas started
+together with `--migrate`, or beside `scheduler migrate`, queue on it, and each reads the
+revision again once it holds the lock, so that only the first creates anything.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import SchemaOutdatedError
+from scheduler.store.connection import ForeignConnection
 from scheduler.store.database import Connection, Database, open_database, parse_database_url
 from scheduler.store.urls import DatabaseURL
 
@@ -36,7 +41,8 @@ RUNS_TABLE = "scheduler_runs"
 # Where versions up to 0.1.0 recorded the revision: Alembic's default, which an
 # application's own migrations use too.
 LEGACY_VERSION_TABLE = "alembic_version"
-# Serialises two `scheduler migrate` started at once on PostgreSQL ("scheduler" in ASCII).
+# Serialises migrating processes on PostgreSQL, held by the upgrade's transaction to its
+# end ("schedul" in ASCII). SQLite's write lock (BEGIN IMMEDIATE) does the same there.
 MIGRATE_LOCK_KEY = 0x7363686564756C
 
 
@@ -169,10 +175,14 @@ def schema_state(database: Database) -> SchemaState:
     """Read the recorded revision, from our own version table or, for a database that
     an older scheduler migrated, from `alembic_version`. Reads only."""
     with database.autocommit() as connection:
-        current = _recorded(connection)
-        if current is not None:
-            return SchemaState(current, head_revision())
-        legacy = _legacy_revisions(connection)
+        return _state(connection)
+
+
+def _state(connection: Connection) -> SchemaState:
+    current = _recorded(connection)
+    if current is not None:
+        return SchemaState(current, head_revision())
+    legacy = _legacy_revisions(connection)
     return SchemaState(max(legacy) if legacy else None, head_revision(), legacy=bool(legacy))
 
 
@@ -206,18 +216,16 @@ def _legacy_revisions(connection: Connection) -> list[str]:
     return sorted(set(recorded) & known_revisions())
 
 
-def adopt_legacy_revision(database: Database) -> bool:
-    """Move our revision from `alembic_version` to our own table, in one transaction.
+def adopt_legacy_revision(connection: Connection) -> bool:
+    """Move our revision from `alembic_version` to our own table, in the connection's
+    transaction (the upgrade's, under the migration lock).
 
     Rows of an application's revisions stay where they are; a table left empty, that
     held only ours, is dropped. True if something moved.
     """
-    with database.transaction() as connection:
-        if database.job_locks:
-            connection.execute("SELECT pg_advisory_xact_lock(:key)", {"key": MIGRATE_LOCK_KEY})
-        statements = _adoption(connection)
-        for statement in statements:
-            connection.execute(statement)
+    statements = _adoption(connection)
+    for statement in statements:
+        connection.execute(statement)
     return bool(statements)
 
 
@@ -246,24 +254,48 @@ def _adoption(connection: Connection) -> list[str]:
     return statements
 
 
-def upgrade(database: Database, revision: str = "head") -> None:
-    """Apply the migrations up to `revision`. A schema already at the head is left as
-    it is without loading Alembic (a node started with `--migrate` on a current schema
-    loads no SQLAlchemy)."""
-    adopt_legacy_revision(database)
-    if revision == "head" and schema_state(database).up_to_date:
-        return
+def upgrade(database: Database, revision: str = "head") -> str | None:
+    """Apply the migrations up to `revision`; the revision found before. A schema already
+    at the head is left as it is without loading Alembic (a node started with `--migrate`
+    on a current schema loads no SQLAlchemy). Otherwise, under the migration lock: a
+    legacy revision moved over, the revision read again (another process may have
+    migrated while this one waited), then Alembic, all in one transaction."""
+    state = schema_state(database)
+    if revision == "head" and state.up_to_date:
+        return state.current
     from alembic import command  # noqa: PLC0415 - only when migrating
 
-    with alembic_config(database) as config:
-        command.upgrade(config, revision)
+    with alembic_config(database) as config, migrating(config) as connection:
+        adopt_legacy_revision(connection)
+        state = _state(connection)
+        if not (revision == "head" and state.up_to_date):
+            command.upgrade(config, revision)
+    return state.current
 
 
 def downgrade(database: Database, revision: str) -> None:
     from alembic import command  # noqa: PLC0415 - only when migrating
 
-    with alembic_config(database) as config:
+    with alembic_config(database) as config, migrating(config):
         command.downgrade(config, revision)
+
+
+@contextlib.contextmanager
+def migrating(config: Config) -> Iterator[Connection]:
+    """One transaction on a connection of the config's engine, holding the migration lock
+    until it commits: PostgreSQL's advisory lock, SQLite's write lock (the engine begins
+    with BEGIN IMMEDIATE). Alembic is handed the connection (`env.py` runs inside its
+    transaction), and the store's statements go through it."""
+    engine: Engine = config.attributes["engine"]
+    with engine.connect() as raw, raw.begin():
+        connection = ForeignConnection(raw, raw.dialect.name)
+        if connection.is_postgres:
+            connection.execute("SELECT pg_advisory_xact_lock(:key)", {"key": MIGRATE_LOCK_KEY})
+        config.attributes["connection"] = raw
+        try:
+            yield connection
+        finally:
+            del config.attributes["connection"]
 
 
 def offline_sql(database_url: str, state: SchemaState) -> str:

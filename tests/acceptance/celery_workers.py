@@ -144,7 +144,11 @@ def start_worker(
             start_new_session=True,
         )
     worker = Worker(name, process, log_path)
-    worker.wait_for(lambda text: " ready." in text)
+    try:
+        worker.wait_for(lambda text: " ready." in text)
+    except AssertionError:
+        worker.kill()  # a worker that never came up is not left behind
+        raise
     return worker
 
 

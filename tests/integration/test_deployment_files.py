@@ -1,6 +1,6 @@
 """The deployment files agree with the code, without Docker or a cluster: the Dockerfile,
-compose.yaml and deploy/kubernetes/ are parsed, and every command, flag and SCHEDULER_*
-variable they use is parsed by the real click commands."""
+compose.yaml, compose.celery.yaml and deploy/kubernetes/ are parsed, and every command,
+flag and SCHEDULER_* variable they use is parsed by the real click commands."""
 
 from __future__ import annotations
 
@@ -79,6 +79,11 @@ def test_dependencies_come_from_the_hashed_locks() -> None:
     [
         ("requirements.lock", PYPROJECT["project"]["dependencies"]),
         ("requirements-build.lock", PYPROJECT["build-system"]["requires"]),
+        (
+            "requirements-celery.lock",
+            PYPROJECT["project"]["dependencies"]
+            + PYPROJECT["project"]["optional-dependencies"]["celery"],
+        ),
     ],
 )
 def test_the_locks_pin_every_dependency_with_hashes(lock: str, requirements: list[str]) -> None:
@@ -98,8 +103,10 @@ def test_the_locks_pin_every_dependency_with_hashes(lock: str, requirements: lis
 
 
 def _extra_requirements(wanted: Requirement) -> list[Requirement]:
-    """What `name[extra]` adds, read from the installed distribution's metadata (only
-    asked for when there are extras: build requirements are not installed here)."""
+    """What `name[extra]` adds, and what the extras among those add in turn (celery[redis]
+    brings kombu[redis], which brings redis and packaging), read from the installed
+    distributions' metadata (only asked for when there are extras: build requirements
+    are not installed here)."""
     if not wanted.extras:
         return []
     found = []
@@ -109,8 +116,15 @@ def _extra_requirements(wanted: Requirement) -> list[Requirement]:
         if not marker or "extra" not in str(marker):
             continue
         if any(marker.evaluate({"extra": extra}) for extra in wanted.extras):
-            found.append(requirement)
+            found += [requirement, *_extra_requirements(requirement)]
     return found
+
+
+def test_the_celery_lock_pins_the_daemon_as_requirements_lock_does() -> None:
+    """compose.celery.yaml's image runs the same daemon as the Dockerfile's."""
+    daemon, celery = _pins(ROOT / "requirements.lock"), _pins(ROOT / "requirements-celery.lock")
+    differ = {name: (version, celery.get(name)) for name, version in daemon.items()}
+    assert {name: pair for name, pair in differ.items() if pair[0] != pair[1]} == {}
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -272,6 +286,107 @@ def test_compose_lets_a_replica_drain_before_it_is_killed() -> None:
     scheduler = _compose()["services"]["scheduler"]
     grace = parse_duration(scheduler["environment"].get("SCHEDULER_GRACE", "30s"))
     assert parse_duration(scheduler["stop_grace_period"]) > grace
+
+
+# -- compose.celery.yaml ---------------------------------------------------------------
+
+
+def _celery_compose() -> dict[str, Any]:
+    loaded = yaml.safe_load((ROOT / "compose.celery.yaml").read_text())
+    assert isinstance(loaded, dict)
+    interpolated: dict[str, Any] = _interpolate(loaded)
+    return interpolated
+
+
+def celery_image() -> list[dockerfile.Stage]:
+    """The stages of the image compose.celery.yaml builds (one for every service of it)."""
+    builds = [s["build"] for s in _celery_compose()["services"].values() if "build" in s]
+    assert builds, "compose.celery.yaml builds no image"
+    assert all(build == builds[0] for build in builds), "its services share one image"
+    source = builds[0]["dockerfile_inline"]
+    assert "${" not in source, "Compose would fill it in from the host's environment"
+    return dockerfile.parse_text(source)
+
+
+def test_the_celery_image_installs_the_hashed_celery_lock_then_the_project_alone() -> None:
+    stages = celery_image()
+    assert {stage.base for stage in stages} == {"python:3.13-slim"}
+    commands = " ".join(
+        dockerfile.run_command(item) for stage in stages[:-1] for item in stage.all("RUN")
+    )
+    for lock in ("requirements-celery.lock", "requirements-build.lock"):
+        assert re.search(rf"--require-hashes [^&]*-r {re.escape(lock)}", commands), lock
+    assert re.search(r"pip install --no-deps [^&]*cronclaim-\*\.whl", commands)
+    assert "pip check" in commands
+    runtime = stages[-1]
+    assert not any("pip install" in dockerfile.run_command(i) for i in runtime.all("RUN"))
+    assert runtime.last("USER").text.split(":")[0] == "10001"
+
+
+def test_everything_the_images_copy_is_in_the_build_context() -> None:
+    """.dockerignore starts from nothing: each file a COPY names must be let in."""
+    rules = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for stages in (STAGES, celery_image()):
+        for stage in stages:
+            for item in stage.all("COPY"):
+                flags, sources, _ = dockerfile.copy_arguments(item)
+                if "from" in flags:
+                    continue
+                for source in sources:
+                    path = ROOT / source
+                    assert path.exists(), source
+                    files = sorted(path.rglob("*.py"))[:5] if path.is_dir() else [path]
+                    for file in files:
+                        relative = file.relative_to(ROOT).as_posix()
+                        assert _let_in(relative, rules), f"COPY {source}: {relative} is ignored"
+
+
+def _let_in(path: str, rules: list[str]) -> bool:
+    """Docker's rule: the last pattern that matches the path or a folder above it wins."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    included = True
+    for rule in rules:
+        negated = rule.startswith("!")
+        pattern = re.compile(_glob(rule.removeprefix("!")))
+        if any(pattern.fullmatch(candidate) for candidate in candidates):
+            included = negated
+    return included
+
+
+def _glob(pattern: str) -> str:
+    """A .dockerignore pattern as a regular expression (`**` spans folders, `*` does not)."""
+    out = ""
+    for piece in re.split(r"(\*\*/?|\*|\?|\[[^]]*\])", pattern):
+        if piece.startswith("**"):
+            out += "(?:.*/)?" if piece.endswith("/") else ".*"
+        elif piece == "*":
+            out += "[^/]*"
+        elif piece == "?":
+            out += "[^/]"
+        elif piece.startswith("["):
+            out += piece
+        else:
+            out += re.escape(piece)
+    return out
+
+
+def test_the_celery_demo_commands_are_ones_the_cli_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    services = _celery_compose()["services"]
+    for name in ("migrate", "scheduler"):
+        command = services[name]["command"]
+        assert command[0] == "scheduler"
+        _checked(command[1:], services[name]["environment"], monkeypatch)
+    worker = services["worker"]["command"]
+    assert worker[:4] == ["celery", "-A", "celery_demo", "worker"]
+    queue = worker[worker.index("-Q") + 1]
+    assert 'queue="' + queue + '"' in (ROOT / "deploy" / "celery" / "celery_demo.py").read_text()
 
 
 # -- Kubernetes ------------------------------------------------------------------------
