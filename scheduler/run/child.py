@@ -104,4 +104,7 @@ def _leave_with_node(lifeline: Connection) -> None:
 def _child_items(payload: ChildRun) -> RunItems | None:
     if payload.claim is None or payload.database_url is None:
         return None
-    return RunItems(open_database(payload.database_url, connections=2), payload.claim)
+    # Not proved at once: the database may be away this instant (a restart) and back by
+    # the time the job asks for an item; only a call the job makes may fail for it.
+    database = open_database(payload.database_url, connections=2, prove=False)
+    return RunItems(database, payload.claim)

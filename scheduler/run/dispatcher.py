@@ -39,7 +39,7 @@ from scheduler.remote import Remote
 from scheduler.run import observers, orphans, outcomes, remote
 from scheduler.run.active import ActiveRun, Phase
 from scheduler.run.executors import Executors
-from scheduler.run.failures import Lingering, Outcome
+from scheduler.run.failures import Lingering, Outcome, describe
 from scheduler.run.items import run_context
 from scheduler.run.leases import LeaseWatch, lease_margin, valid_until
 from scheduler.run.observers import Ending, RunObserver
@@ -245,12 +245,34 @@ class Dispatcher:
         handed_over = False
         try:
             handed_over = self._execute(active, started)
-        except Exception:  # a pool thread would swallow it silently; make it seen
+        except Exception as error:  # a pool thread would swallow it silently; make it seen
             active.context.log.exception("dispatch_crashed")
+            self._settle_crashed(active, error)
         finally:
             if not handed_over:
                 self._done(active)
             self._starter.release()
+
+    def _settle_crashed(self, active: ActiveRun, error: Exception) -> None:
+        """A bug in dispatch must not leave the run held: one whose function may have been
+        called is recorded failed with the bug's traceback (retried as its job allows);
+        one that never got that far is given back for its next attempt. Fenced: a no-op
+        once another node holds it."""
+        with self._lock:
+            phase = active.phase
+            active.phase = Phase.ABANDONED
+        if phase in (Phase.RECORDING, Phase.SENDING, Phase.ABANDONED):
+            return  # its outcome is with the writer, or it is another's to settle
+        claim = active.claim
+        if phase is Phase.WAITING:
+            settle = outcomes.abandon(claim, 0.0, reason=Reason.LEASE_EXPIRED)
+        else:
+            policy = self._jobs[claim.job].policy
+            settle = outcomes.finish(claim, policy, Outcome(RunStatus.FAILED, describe(error)), 0)
+        if self._persist(active, partial(self._writer.finish_now, settle), False):
+            active.context.log.warning(
+                "run_settled_after_crash", status=settle.status.value, phase=phase.value
+            )
 
     def _execute(self, active: ActiveRun, started_already: bool) -> bool:
         """Run one claim. True: the run goes on elsewhere (it went back to wait behind an

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
+from contextlib import suppress
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Protocol
@@ -187,8 +188,11 @@ def _watch_child(
             child.join()
             return Outcome(RunStatus.FAILED, Failure("Cancelled", "the run was cancelled", ""))
     if receiver.poll():
-        failure = receiver.recv()
-        return SUCCEEDED if failure is None else Outcome(RunStatus.FAILED, failure)
+        # Readable at its end too: a child that died before it said anything (a crash in
+        # native code, `os._exit`) leaves only EOF, which is its exit status's to tell.
+        with suppress(EOFError, OSError):
+            failure = receiver.recv()
+            return SUCCEEDED if failure is None else Outcome(RunStatus.FAILED, failure)
     return Outcome(
         RunStatus.FAILED,
         Failure(

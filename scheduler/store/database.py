@@ -446,8 +446,10 @@ def open_database(
     must_exist: bool = True,
     connections: int = 10,
     application_name: str = "scheduler",
+    prove: bool = True,
 ) -> Database:
-    """Set up the pool and prove it connects; every failure is one line for the user.
+    """Set up the pool and prove it connects (unless not `prove`); every failure is one
+    line for the user.
 
     `connections` is how many may be in use at once (a node: its workers and its side
     threads, so that no checkout waits on another thread's work); a few stay open
@@ -468,6 +470,8 @@ def open_database(
             )
         pool = Pool(lambda: _sqlite_connection(path), _close, kept=kept, most=connections)
     database = Database(url, pool)
+    if not prove:
+        return database
     try:
         database.ping()
     except StoreError as error:

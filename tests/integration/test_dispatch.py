@@ -333,3 +333,34 @@ def test_each_run_says_it_started_once_before_its_function_speaks(
             1,
             "schedule",
         )
+
+
+class _BrokenExecutor:
+    """A bug in an executor: it raises instead of returning an outcome."""
+
+    def call(self, job: Job, context: RunContext, attach: Any) -> Any:
+        raise RuntimeError("a bug in the executor")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_crash_in_dispatch_records_the_attempt_and_holds_nothing(database: Database) -> None:
+    """Whatever breaks in dispatch around a call, the run is not left held (its later
+    periods would be skipped behind it): the attempt is recorded failed with the
+    traceback of what broke, its lease ended."""
+
+    @job(cron="* * * * *", name="sync")
+    def sync() -> None:
+        pass
+
+    dispatcher = Dispatcher(database, {"sync": sync}, NODE, 2, structlog.get_logger())
+    dispatcher._executors.for_job = lambda _job: _BrokenExecutor()  # type: ignore[method-assign,assignment]
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 30)], NODE).won
+    dispatcher.submit(claim).result(timeout=10)
+    row = queries.run_mapping(database, "sync", PERIOD)
+    assert row is not None
+    assert (row["status"], row["error_type"]) == (RunStatus.FAILED, "RuntimeError")
+    assert "a bug in the executor" in str(row["error_traceback"])
+    assert row["lease_expires_at"] is None
+    dispatcher.drain(1.0)
