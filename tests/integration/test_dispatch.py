@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -363,4 +364,32 @@ def test_a_crash_in_dispatch_records_the_attempt_and_holds_nothing(database: Dat
     assert (row["status"], row["error_type"]) == (RunStatus.FAILED, "RuntimeError")
     assert "a bug in the executor" in str(row["error_traceback"])
     assert row["lease_expires_at"] is None
+    dispatcher.drain(1.0)
+
+
+def test_a_run_whose_lease_passed_before_its_call_is_not_called(database: Database) -> None:
+    """Issue 41, item 4: a node frozen (SIGSTOP, a paused VM) between the start of a run
+    and the call of its function wakes with its lease gone by its own clock; another
+    node may have taken the period over meanwhile. It must not call the function (and
+    only then find out): it checks its deadline just before the call, and gives the run
+    back for its next attempt. The freeze is the claim's `lease_from`, this process's
+    clock when the lease was given, seven seconds in the past of a 6 s lease."""
+    calls: list[int] = []
+
+    @job(cron="* * * * *", name="sync", lease="6s")
+    def sync(ctx: RunContext) -> None:
+        calls.append(ctx.attempt)
+
+    dispatcher = Dispatcher(database, {"sync": sync}, NODE, 2, structlog.get_logger())
+    (claim,) = claims.claim(database, [Due("sync", PERIOD, 6)], NODE).won
+    assert writes.start(database, claim) is Started.STARTED
+    frozen = replace(claim, lease_from=time.monotonic() - 7.0)
+    assert dispatcher.reserve(["sync"]) == ["sync"]
+    assert dispatcher.submit_started(frozen)
+    wait_until(lambda: not dispatcher.held())
+    assert calls == [], "the function was called with its lease gone"
+    row = queries.run_mapping(database, "sync", PERIOD)
+    assert row is not None
+    assert (row["status"], row["reason"]) == (RunStatus.ABANDONED, Reason.LEASE_EXPIRED)
+    assert row["retry_at"] is not None, "the period must run again"
     dispatcher.drain(1.0)
