@@ -97,3 +97,26 @@ def test_a_request_no_node_took_within_an_hour_expires_unrun(
     assert row.detail is not None
     assert row.detail.startswith("no node took it within 1h of ")
     assert run_rows(database_url, "report") == []
+
+
+def test_requests_of_jobs_no_node_knows_do_not_hold_up_a_nodes_own(database: Database) -> None:
+    """250 requests for jobs no node here knows, asked before the node's own: it reads its
+    own jobs' requests, not the oldest of all, and carries its own out."""
+    report = job(cron="0 0 * * *", name="report")(lambda: None)
+    taker, dispatcher = _node(database, {"report": report})
+    with database.transaction() as connection:
+        for n in range(250):
+            connection.execute(
+                """INSERT INTO scheduler_requests (id, job, kind, force, include_failed,
+                       requested_at, requested_by)
+                   VALUES (:id, :job, 'trigger', FALSE, FALSE, :at, 'bob')""",
+                {"id": f"foreign-{n}", "job": f"removed-{n % 7}", "at": datetime.now(UTC)},
+            )
+    mine = asked.add(database, Draft("report", RequestKind.TRIGGER, "alice"))
+    try:
+        taker.step()
+    finally:
+        dispatcher.drain(1)
+    row = asked.get(database, mine)
+    assert row is not None
+    assert (row.taken_by, row.outcome) == (NODE, "done")

@@ -1,0 +1,134 @@
+"""Alert delivery of a node's own jobs is not held up by other jobs' pending events (a
+removed job's, another fleet's), and a hook slower than its timeout is called once: its
+late success is recorded, by one node, on a real database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import structlog
+
+from scheduler import hooks
+from scheduler.model import Due, Event, Failure, Finish
+from scheduler.node import alerts
+from scheduler.node import registration as catalog
+from scheduler.node.alerts import Alerts
+from scheduler.registry import Job, job
+from scheduler.states import Delivery, RunStatus
+from scheduler.store import claims, writes
+from scheduler.store import deliveries as stored_events
+from scheduler.store.database import Database
+from tests.sql import insert
+from tests.waiting import wait_until
+
+PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+BOOM = Failure("ValueError", "boom", "Traceback …")
+
+
+@pytest.fixture(autouse=True)
+def _quick(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(alerts, "FIRST_RETRY_S", 0.2)
+    monkeypatch.setattr(alerts, "POLL_S", 0.05)
+    monkeypatch.setattr(alerts, "HOOK_TIMEOUT_S", 0.3)
+    hooks.clear_global()
+    yield
+    hooks.clear_global()
+
+
+def _fail(database: Database, job_name: str, period: datetime) -> None:
+    (claim,) = claims.claim(database, [Due(job_name, period, 30)], "node-a").won
+    writes.start(database, claim)
+    writes.record(database, [Finish(claim, RunStatus.FAILED, 5, BOOM)], [])
+
+
+def _foreign_events(database: Database, count: int) -> None:
+    """Pending events, older than any of this test's own, of jobs no node here knows."""
+    born = datetime.now(UTC) - timedelta(hours=1)
+    with database.transaction() as connection:
+        for n in range(count):
+            insert(
+                connection,
+                "scheduler_events",
+                job=f"removed-{n % 7}",
+                period=PERIOD + timedelta(minutes=n),
+                kind="failed",
+                subject="",
+                created_at=born,
+                state="pending",
+                tries=0,
+                next_try_at=born,
+            )
+
+
+def _threads(
+    database: Database, jobs: dict[str, Job], count: int
+) -> tuple[threading.Event, list[Alerts]]:
+    catalog.register(database, jobs)
+    stop = threading.Event()
+    threads = [
+        Alerts(
+            database=database, jobs=jobs, node_id=f"node-{n}", stop=stop, log=structlog.get_logger()
+        )
+        for n in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    return stop, threads
+
+
+def _stop(stop: threading.Event, threads: list[Alerts]) -> None:
+    stop.set()
+    time.sleep(0.2)
+    assert [thread.failure for thread in threads] == [None] * len(threads)
+
+
+def test_events_of_jobs_no_node_knows_do_not_hold_up_a_nodes_own(database: Database) -> None:
+    """600 pending events of removed jobs, older than the live job's 12: the node reads
+    its own jobs' events, not the oldest of all jobs, and delivers its 12."""
+    heard: list[str] = []
+
+    @job(cron="* * * * *", name="billing", on={"failed": lambda event: heard.append(event.key)})
+    def billing() -> None: ...
+
+    _foreign_events(database, 600)
+    for n in range(12):
+        _fail(database, "billing", PERIOD + timedelta(minutes=n))
+    stop, threads = _threads(database, {"billing": billing}, 1)
+    try:
+        wait_until(lambda: len(heard) == 12, timeout=8)
+    finally:
+        _stop(stop, threads)
+    assert len(set(heard)) == 12
+
+
+def test_a_hook_slower_than_its_timeout_is_called_once_and_its_late_success_recorded(
+    database: Database,
+) -> None:
+    """The call passes its timeout (0.3 s) and returns after 1 s: no node calls the hook
+    again meanwhile, and the event ends delivered, after one try."""
+    calls: list[float] = []
+
+    def slow(event: Event) -> None:
+        calls.append(time.monotonic())
+        time.sleep(1.0)
+
+    @job(cron="* * * * *", name="billing", on={"failed": slow})
+    def billing() -> None: ...
+
+    _fail(database, "billing", PERIOD)
+    stop, threads = _threads(database, {"billing": billing}, 2)
+    try:
+        wait_until(
+            lambda: stored_events.recent(database)[0].state is not Delivery.PENDING, timeout=15
+        )
+        time.sleep(1.5)  # another call would have started by now
+    finally:
+        _stop(stop, threads)
+    (row,) = stored_events.recent(database)
+    assert len(calls) == 1, f"called {len(calls)} times; {row}"
+    assert row.state is Delivery.DELIVERED, row
+    assert row.tries == 1
