@@ -1,6 +1,7 @@
 """Alert delivery of a node's own jobs is not held up by other jobs' pending events (a
-removed job's, another fleet's), and a hook slower than its timeout is called once: its
-late success is recorded, by one node, on a real database."""
+removed job's, another fleet's), which end `unrouted` once nobody has run their job for
+a day; and a hook slower than its timeout is called once: its late success is
+recorded, by one node, on a real database."""
 
 from __future__ import annotations
 
@@ -13,19 +14,23 @@ import pytest
 import structlog
 
 from scheduler import hooks
-from scheduler.model import Due, Event, Failure, Finish
+from scheduler.model import Due, Event, Failure, Finish, NodeIdentity
 from scheduler.node import alerts
 from scheduler.node import registration as catalog
 from scheduler.node.alerts import Alerts
+from scheduler.node.peers import jobs_digest
 from scheduler.registry import Job, job
 from scheduler.states import Delivery, RunStatus
-from scheduler.store import claims, writes
+from scheduler.store import beat, claims, job_sets, nodes, prune, writes
 from scheduler.store import deliveries as stored_events
-from scheduler.store.database import Database
-from tests.sql import insert
+from scheduler.store import requests as asked
+from scheduler.store.database import Database, open_database
+from scheduler.store.requests import Draft, RequestKind
+from tests.sql import insert, rows, update
 from tests.waiting import wait_until
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+JOBS = ("removed", "unknown", "elsewhere", "fresh")
 BOOM = Failure("ValueError", "boom", "Traceback …")
 
 
@@ -132,3 +137,82 @@ def test_a_hook_slower_than_its_timeout_is_called_once_and_its_late_success_reco
     assert len(calls) == 1, f"called {len(calls)} times; {row}"
     assert row.state is Delivery.DELIVERED, row
     assert row.tries == 1
+
+
+def _node_row(database: Database, node: str, jobs: dict[str, Job], *, stopped: bool) -> None:
+    """A node started with these jobs, heard from a moment ago (or stopped)."""
+    nodes.register(database, NodeIdentity(node, node, "host", 1, "1"), jobs_digest(jobs.values()))
+    if stopped:
+        nodes.mark_stopped(database, node)
+
+
+def test_events_of_a_job_nobody_has_run_for_a_day_become_unrouted_and_are_pruned(
+    database: Database,
+) -> None:
+    """`removed` was last registered two days ago and its node stopped; `unknown` was
+    never registered: nobody will deliver their events. `elsewhere` was registered two
+    days ago too, but a node that still beats runs it; `fresh` was registered by a
+    one-shot command an hour ago: theirs stay pending."""
+    defined = {name: job(cron="* * * * *", name=name)(lambda: None) for name in JOBS}
+    for name in ("removed", "elsewhere", "fresh"):
+        catalog.register(database, {name: defined[name]})
+    _node_row(database, "gone-node", {"removed": defined["removed"]}, stopped=True)
+    _node_row(database, "live-node", {"elsewhere": defined["elsewhere"]}, stopped=False)
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    with database.transaction() as connection:
+        for name in ("removed", "elsewhere"):
+            update(connection, "scheduler_jobs", {"name": name}, last_seen=two_days_ago)
+            update(connection, "scheduler_job_sets", {"job": name}, registered_at=two_days_ago)
+    for name in JOBS:
+        _fail(database, name, PERIOD)
+    node = Alerts(
+        database=database,
+        jobs={"fresh": defined["fresh"]},
+        node_id="node-a",
+        stop=threading.Event(),
+        log=structlog.get_logger(),
+    )
+    node.unroute_orphans()
+    node.unroute_orphans()  # another node, or the next look: nothing more
+    states = {row.event.job: row for row in stored_events.recent(database)}
+    assert {name: row.state.value for name, row in states.items()} == {
+        "removed": "unrouted",
+        "unknown": "unrouted",
+        "elsewhere": "pending",
+        "fresh": "pending",
+    }
+    assert states["removed"].last_error == (
+        "no node has run the job for 24 h: nobody will deliver it"
+    )
+    # Retention prunes the job sets nobody uses: the stopped node's, two days old.
+    assert job_sets.prune(database, datetime.now(UTC) - timedelta(days=1)) == 1
+    left = rows(database, "scheduler_job_sets", order_by="job")
+    assert [row["job"] for row in left] == ["elsewhere", "fresh"]
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert prune.prune(database, later).events == 2
+    assert sorted(row.event.job for row in stored_events.recent(database)) == [
+        "elsewhere",
+        "fresh",
+    ]
+
+
+def test_a_nodes_heartbeat_reads_its_own_jobs_events_and_requests_only(postgres_url: str) -> None:
+    """Other jobs' pending events and waiting requests are never "due" for this node's
+    beat (which would wake its threads for nothing at every beat); its own are."""
+    database = open_database(postgres_url)
+    try:
+        ours = job(cron="* * * * *", name="ours")(lambda: None)
+        catalog.register(database, {"ours": ours})
+        _node_row(database, "node-a", {"ours": ours}, stopped=False)
+        _foreign_events(database, 3)
+        asked.add(database, Draft("removed-1", RequestKind.TRIGGER, "bob"))
+        quiet = beat.beat(database, "node-a", alive_within=30, liveness=False)
+        assert (quiet.alerts_in, quiet.requests_waiting) == (None, False)
+        _fail(database, "ours", PERIOD)
+        asked.add(database, Draft("ours", RequestKind.TRIGGER, "alice"))
+        told = beat.beat(database, "node-a", alive_within=30, liveness=False)
+        assert told.alerts_in is not None
+        assert told.alerts_in <= 0
+        assert told.requests_waiting
+    finally:
+        database.dispose()
