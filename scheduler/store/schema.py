@@ -298,7 +298,8 @@ events = Table(
     # One line for a human: the error, how many periods were missed, the item's key.
     Column("detail", Text),
     Column("created_at", UTCDateTime(), nullable=False),
-    # pending, delivered, failed (tries ran out) or unrouted (no hook listens).
+    # pending, delivered, failed (tries ran out) or unrouted (no hook listens, or nobody
+    # has run the job for a day).
     Column("state", String(16), nullable=False),
     Column("tries", Integer, nullable=False, server_default="0"),
     Column("next_try_at", UTCDateTime(), nullable=False),

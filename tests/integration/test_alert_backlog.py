@@ -51,7 +51,10 @@ def _fail(database: Database, job_name: str, period: datetime) -> None:
 
 
 def _foreign_events(database: Database, count: int) -> None:
-    """Pending events, older than any of this test's own, of jobs no node here knows."""
+    """Pending events, older than any of this test's own, of jobs no node here knows:
+    another fleet's, registered just now (so that nobody counts them abandoned)."""
+    others = {f"removed-{n}": job(cron="* * * * *", name=f"removed-{n}")(print) for n in range(7)}
+    catalog.register(database, others)
     born = datetime.now(UTC) - timedelta(hours=1)
     with database.transaction() as connection:
         for n in range(count):
@@ -92,8 +95,8 @@ def _stop(stop: threading.Event, threads: list[Alerts]) -> None:
 
 
 def test_events_of_jobs_no_node_knows_do_not_hold_up_a_nodes_own(database: Database) -> None:
-    """600 pending events of removed jobs, older than the live job's 12: the node reads
-    its own jobs' events, not the oldest of all jobs, and delivers its 12."""
+    """600 pending events of another fleet's jobs, older than the live job's 12: the node
+    reads its own jobs' events, not the oldest of all jobs, and delivers its 12."""
     heard: list[str] = []
 
     @job(cron="* * * * *", name="billing", on={"failed": lambda event: heard.append(event.key)})
@@ -108,6 +111,8 @@ def test_events_of_jobs_no_node_knows_do_not_hold_up_a_nodes_own(database: Datab
     finally:
         _stop(stop, threads)
     assert len(set(heard)) == 12
+    others = stored_events.count_by_state(database)
+    assert others == {"delivered": 12, "pending": 600}, "the other fleet's wait for it"
 
 
 def test_a_hook_slower_than_its_timeout_is_called_once_and_its_late_success_recorded(
