@@ -162,9 +162,9 @@ class Alerts(SideThread):
         """Settle the tries whose late calls ended; keep holding the others' events."""
         for key, open_try in list(self._lingering.items()):
             if open_try.ended:
-                del self._lingering[key]
                 open_try.settle_calls()
-                self._settle(open_try, late=True)
+                self._settle(open_try, late=True)  # a fault: the next step tries again
+                del self._lingering[key]
         if self._lingering and time.monotonic() >= self._next_renewal:
             rows = [open_try.row for open_try in self._lingering.values()]
             store.renew(self._database, rows, self._node_id, LINGER_HOLD_S)
@@ -234,8 +234,13 @@ class Alerts(SideThread):
     def _linger(self, open_try: Lingering) -> None:
         """Some calls passed their timeout and still run: record the try so far and keep
         the event (no node calls those hooks again) until they end."""
-        row, running = open_try.row, [call.name for call in open_try.running]
+        row = open_try.row
         tries = row.tries + 1
+        # Kept first: whatever the write below meets, the try is settled (and its hold
+        # renewed) from here on, fenced on this node's take.
+        if not self._lingering:  # else the next renewal is already set, and sooner
+            self._next_renewal = time.monotonic() + LINGER_HOLD_S / 3
+        self._lingering[row.event.key] = open_try
         still = [
             f"{call.name}: did not return within {call.timeout:g} s; still running"
             for call in open_try.running
@@ -250,16 +255,13 @@ class Alerts(SideThread):
             retry_in=retry_delay(tries),
             hold_s=LINGER_HOLD_S,
         )
-        if not self._lingering:  # else the next renewal is already set, and sooner
-            self._next_renewal = time.monotonic() + LINGER_HOLD_S / 3
-        self._lingering[row.event.key] = open_try
         event = row.event
         self._log.warning(
             "alert_hook_lingering",
             event_key=event.key,
             kind=event.kind.value,
             job=event.job,
-            hooks=running,
+            hooks=[call.name for call in open_try.running],
             tries=tries,
         )
 

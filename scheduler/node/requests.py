@@ -83,6 +83,10 @@ class Done:
     run_id: str | None = None
 
 
+class StoppingError(Exception):
+    """The node stops in the middle of a backfill: the rest is given back."""
+
+
 @dataclass
 class Backfilled:
     """How far one take of a backfill got: the line the request's row says."""
@@ -168,7 +172,10 @@ class Requests(SideThread):
         except RequestLostError:
             log.warning("request_lost", tries=request.tries)
         except StoreUnavailableError as error:
-            self._give_back(hold, log, backfilled, error.message)
+            why = f"{self._node.id} met a database fault ({error.message})"
+            self._give_back(hold, log, backfilled, error.message, why)
+        except StoppingError:
+            self._give_back(hold, log, backfilled, "stopping", f"{self._node.id} stopped")
         except StoreRejectedError as error:
             done = backfilled[0].line() if backfilled else request.detail
             why = f"the database refused it: {error.message}"
@@ -187,12 +194,17 @@ class Requests(SideThread):
         log.info(event, outcome=record.outcome.value, detail=record.detail, run_id=record.run_id)
 
     def _give_back(
-        self, hold: Hold, log: FilteringBoundLogger, backfilled: list[Backfilled], error: str
+        self,
+        hold: Hold,
+        log: FilteringBoundLogger,
+        backfilled: list[Backfilled],
+        error: str,
+        why: str,
     ) -> None:
-        """After a fault: give the request back, saying how far it got; if even that
-        fails, its hold lapses and any node takes it again."""
+        """After a fault (or at a stop): give the request back, saying how far it got; if
+        even that fails, its hold lapses and any node takes it again."""
         done = backfilled[0].line() if backfilled else hold.request.detail
-        detail = _join(done, f"{self._node.id} met a database fault ({error}): given back")
+        detail = _join(done, f"{why}: given back")
         try:
             given = store.give_back(self._database, hold, detail)
         except StoreError:
@@ -249,7 +261,7 @@ class Requests(SideThread):
         backfilled.append(state)
         for step in steps:
             if self._stopping.is_set():
-                raise StoreUnavailableError("the node is stopping")
+                raise StoppingError
             if step.action is Action.KEEP:
                 state.kept += 1
                 continue

@@ -144,6 +144,40 @@ def test_a_hook_slower_than_its_timeout_is_called_once_and_its_late_success_reco
     assert row.tries == 1
 
 
+def test_a_late_call_that_raises_is_a_failed_try_and_the_hook_is_called_again_after_it(
+    database: Database,
+) -> None:
+    """The held event is let go when the late call ends: raising, it counts as a failed
+    try, and the next try calls the hook again, never beside the first call."""
+    spans: list[tuple[float, float]] = []
+
+    def flaky(event: Event) -> None:
+        started = time.monotonic()
+        try:
+            if not spans:
+                time.sleep(0.8)
+                raise ConnectionError("pager down")
+        finally:
+            spans.append((started, time.monotonic()))
+
+    @job(cron="* * * * *", name="billing", on={"failed": flaky})
+    def billing() -> None: ...
+
+    _fail(database, "billing", PERIOD)
+    stop, threads = _threads(database, {"billing": billing}, 2)
+    try:
+        wait_until(
+            lambda: stored_events.recent(database)[0].state is Delivery.DELIVERED, timeout=15
+        )
+    finally:
+        _stop(stop, threads)
+    (row,) = stored_events.recent(database)
+    assert len(spans) == 2
+    (_, first_ended), (second_started, _) = spans
+    assert second_started >= first_ended, "not called again while the first call ran"
+    assert row.tries == 2
+
+
 def _node_row(database: Database, node: str, jobs: dict[str, Job], *, stopped: bool) -> None:
     """A node started with these jobs, heard from a moment ago (or stopped)."""
     nodes.register(database, NodeIdentity(node, node, "host", 1, "1"), jobs_digest(jobs.values()))
