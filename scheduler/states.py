@@ -61,4 +61,5 @@ class Delivery(StrEnum):
     PENDING = "pending"  # a node will (again) try its hooks
     DELIVERED = "delivered"  # every hook took it
     FAILED = "failed"  # tries ran out; `last_error` says why
-    UNROUTED = "unrouted"  # no hook listens to this kind for this job
+    # No hook listens to this kind for this job, or nobody has run the job for a day.
+    UNROUTED = "unrouted"

@@ -189,12 +189,12 @@ def request_state(request: RequestRow, header: Fleet) -> str:
     if request.outcome is not None:
         return request.outcome
     if request.taken_by is not None:
-        if request.taken_by in header.alive:
-            return f"taken by {request.taken_by}"
-        return (
-            f"taken by {request.taken_by}, which stopped answering before it wrote the "
-            "outcome: look at the job's runs, then ask again if it did not run"
+        return _taken_state(request, request.taken_by, header)
+    if request.tries:
+        again = (
+            "waiting for a node again (given back after a fault; the detail says how far it got)"
         )
+        return again if header.daemons_alive else f"{again}: no node is alive"
     if header.daemons_alive == 0:
         return "waiting for a node: no node is alive; it runs when one that knows the job starts"
     if header.now - request.requested_at > UNTAKEN_AFTER:
@@ -203,6 +203,20 @@ def request_state(request: RequestRow, header: Fleet) -> str:
             "job? It expires unrun an hour after it was asked"
         )
     return "waiting for a node that knows the job (nodes look every second)"
+
+
+def _taken_state(request: RequestRow, taker: str, header: Fleet) -> str:
+    if request.taken_until is not None and request.taken_until <= header.now:
+        return (
+            f"taken by {taker}, whose hold ended before it finished: waiting for a node to "
+            "take it again"
+        )
+    if taker in header.alive:
+        return f"taken by {taker}"
+    return (
+        f"taken by {taker}, which stopped answering before it wrote the outcome: another "
+        "node takes it again once its hold ends"
+    )
 
 
 def _retired(database: Database, jobs: list[JobRow], now: datetime) -> set[str]:

@@ -6,9 +6,14 @@ on the polling fallback (SQLite, a pooler), every second. It takes each with a
 compare-and-set (one node per try), and calls the event's hooks, each in a thread of
 its own under a timeout, so a hook that raises or hangs costs this thread at most its
 timeout and never a run. A hook that took the event is recorded and not called again;
-the others are tried again after a doubling pause, until their tries run out. A node
-that dies in the middle leaves the event to be taken again once its hold ends: a hook
-may then hear of an event twice, which is why every event carries its key.
+the others are tried again after a doubling pause, until their tries run out. A call
+that passed its timeout still runs: the node keeps the event until it ends, and no node
+calls that hook again meanwhile (`hook_calls`); a late success is recorded as one. A
+node that dies in the middle leaves the event to be taken again once its hold ends: a
+hook may then hear of an event twice, which is why every event carries its key.
+
+A node reads only its own jobs' events (a join on its job set), and gives those of jobs
+nobody has run for a day the terminal state `unrouted`, so that retention prunes them.
 
 It also records stuck items as events (the same question `check` asks): when the
 heartbeat reads that an item is stuck and no event says so yet, or once a minute when
@@ -20,13 +25,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import hooks, metrics
 from scheduler.hooks import Hook
-from scheduler.model import Event
+from scheduler.node.hook_calls import HookCall, Lingering
+from scheduler.node.peers import jobs_digest
 from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
 from scheduler.states import Delivery
@@ -53,6 +58,12 @@ HOOK_TIMEOUT_S = 30.0
 FIRST_RETRY_S = 10.0
 MAX_RETRY_S = 15 * 60.0
 DEFAULT_MAX_TRIES = 6
+# A try whose hook call passed its timeout holds its event this long, renewed every
+# third of it while the call runs.
+LINGER_HOLD_S = 60.0
+# Pending events of a job nobody has run for this long are unrouted; looked for this often.
+ORPHANED_AFTER_S = 24 * 3600.0
+ORPHAN_SCAN_S = 600.0
 
 
 def retry_delay(tries: int) -> float:
@@ -65,34 +76,6 @@ def timeout_of(hook: Hook) -> float:
     """A hook's own `timeout` (plus a margin for connecting), or the default."""
     own = getattr(hook, "timeout", None)
     return float(own) + 5.0 if isinstance(own, int | float) and own > 0 else HOOK_TIMEOUT_S
-
-
-@dataclass(frozen=True)
-class Call:
-    """How one hook call went: None when it took the event, or why not."""
-
-    error: str | None
-
-
-def call_hook(name: str, hook: Hook, event: Event, timeout: float) -> Call:
-    """Call the hook in a thread of its own and wait at most `timeout`; a thread that does
-    not return is left behind (a daemon), never waited for."""
-    outcome: list[Call] = []
-
-    def target() -> None:
-        try:
-            hook(event)
-        except Exception as error:  # noqa: BLE001 - a hook's failure is data
-            outcome.append(Call(f"{type(error).__name__}: {error}"))
-        else:
-            outcome.append(Call(None))
-
-    thread = threading.Thread(target=target, name=f"hook:{name}"[:60], daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not outcome:
-        return Call(f"did not return within {timeout:g} s")
-    return outcome[0]
 
 
 class Alerts(SideThread):
@@ -115,7 +98,13 @@ class Alerts(SideThread):
         self._wakeups = wakeups
         if wakeups is not None:
             wakeups.alerts = self
+        self._job_set = jobs_digest(jobs.values())
         self._next_stuck_scan = 0.0
+        self._next_orphan_scan = 0.0
+        # Tries whose hook calls outlived their timeout, by event key; their holds are
+        # renewed at `_next_renewal`.
+        self._lingering: dict[str, Lingering] = {}
+        self._next_renewal = 0.0
         self._foreign_until = 0.0
         self._foreign_stuck_until = 0.0
         # The heartbeat said an event's try has come, since the last step.
@@ -147,17 +136,43 @@ class Alerts(SideThread):
                 self._foreign_stuck_until = (
                     time.monotonic() + FOREIGN_PAUSE_S if foreign_only else 0.0
                 )
+            if time.monotonic() >= self._next_orphan_scan:
+                self._next_orphan_scan = time.monotonic() + ORPHAN_SCAN_S
+                self.unroute_orphans()
+            self._settle_lingering()
             ours = self._deliver_all(self._stopping.is_set)
         except StoreError as error:
             self._log.warning("alerts_failed", error=error.message)
             return POLL_S
         # Told that an event is due, and none was this node's: another node's jobs'.
         self._foreign_until = time.monotonic() + FOREIGN_PAUSE_S if told_due and not ours else 0.0
-        return SWEEP_S if listening else POLL_S
+        wait = SWEEP_S if listening else POLL_S
+        if self._lingering:
+            wait = min(wait, max(0.0, self._next_renewal - time.monotonic()))
+        return wait
+
+    def unroute_orphans(self) -> None:
+        """Give the pending events of jobs nobody has run for a day a terminal state."""
+        for job, count in store.unroute_orphans(self._database, ORPHANED_AFTER_S).items():
+            self._log.warning(
+                "alert_unrouted", job=job, events=count, after_h=ORPHANED_AFTER_S / 3600
+            )
+
+    def _settle_lingering(self) -> None:
+        """Settle the tries whose late calls ended; keep holding the others' events."""
+        for key, open_try in list(self._lingering.items()):
+            if open_try.ended:
+                open_try.settle_calls()
+                self._settle(open_try, late=True)  # a fault: the next step tries again
+                del self._lingering[key]
+        if self._lingering and time.monotonic() >= self._next_renewal:
+            rows = [open_try.row for open_try in self._lingering.values()]
+            store.renew(self._database, rows, self._node_id, LINGER_HOLD_S)
+            self._next_renewal = time.monotonic() + LINGER_HOLD_S / 3
 
     def _deliver_all(self, stopping: Callable[[], bool]) -> int:
         """Deliver what is due of this node's jobs; how many events that was."""
-        rows = store.due(self._database, self._jobs)
+        rows = store.due(self._database, self._job_set)
         for row in rows:
             if stopping():
                 break
@@ -192,7 +207,6 @@ class Alerts(SideThread):
         hold = sum(timeout_of(hook) for _, hook in waiting) + 30.0
         if not store.take(self._database, row, self._node_id, hold):
             return  # another node has this try
-        log = self._log.bind(event_key=event.key, kind=event.kind.value, job=event.job)
         if not routes:
             store.settle(
                 self._database,
@@ -203,14 +217,60 @@ class Alerts(SideThread):
                 error=None,
             )
             return
-        delivered = list(row.delivered_to)
-        errors = []
+        open_try = Lingering(row, [name for name, _ in waiting], list(row.delivered_to), [])
         for name, hook in waiting:
-            call = call_hook(name, hook, event, timeout_of(hook))
-            if call.error is None:
-                delivered.append(name)
+            call = HookCall(name, hook, event, timeout_of(hook), self.wake_in)
+            if not call.wait():
+                open_try.running.append(call)
+            elif call.error is None:
+                open_try.delivered.append(name)
             else:
-                errors.append(f"{name}: {call.error}")
+                open_try.errors.append(f"{name}: {call.error}")
+        if open_try.running:
+            self._linger(open_try)
+            return
+        self._settle(open_try, late=False)
+
+    def _linger(self, open_try: Lingering) -> None:
+        """Some calls passed their timeout and still run: record the try so far and keep
+        the event (no node calls those hooks again) until they end."""
+        row = open_try.row
+        tries = row.tries + 1
+        # Kept first: whatever the write below meets, the try is settled (and its hold
+        # renewed) from here on, fenced on this node's take.
+        if not self._lingering:  # else the next renewal is already set, and sooner
+            self._next_renewal = time.monotonic() + LINGER_HOLD_S / 3
+        self._lingering[row.event.key] = open_try
+        still = [
+            f"{call.name}: did not return within {call.timeout:g} s; still running"
+            for call in open_try.running
+        ]
+        store.settle(
+            self._database,
+            row,
+            self._node_id,
+            state=Delivery.PENDING,
+            delivered_to=open_try.delivered,
+            error="; ".join(open_try.errors + still),
+            retry_in=retry_delay(tries),
+            hold_s=LINGER_HOLD_S,
+        )
+        event = row.event
+        self._log.warning(
+            "alert_hook_lingering",
+            event_key=event.key,
+            kind=event.kind.value,
+            job=event.job,
+            hooks=[call.name for call in open_try.running],
+            tries=tries,
+        )
+
+    def _settle(self, open_try: Lingering, *, late: bool) -> None:
+        """Record how a try went, once every call of it ended: delivered, tried again
+        later, or failed once the tries ran out."""
+        row, delivered, errors = open_try.row, open_try.delivered, open_try.errors
+        event = row.event
+        log = self._log.bind(event_key=event.key, kind=event.kind.value, job=event.job)
         tries = row.tries + 1
         if not errors:
             store.settle(
@@ -222,10 +282,14 @@ class Alerts(SideThread):
                 error=None,
             )
             metrics.record_delivery("delivered")
-            log.info("alert_delivered", hooks=[name for name, _ in waiting], tries=tries)
+            log.info("alert_delivered", hooks=open_try.hooks, tries=tries, late=late)
             return
         error = "; ".join(errors)
-        limit = hooks.max_tries([hook for _, hook in waiting], DEFAULT_MAX_TRIES)
+        job = self._jobs[event.job]
+        waiting = [
+            hook for name, hook in hooks.hooks_for(job.hooks, event.kind) if name in open_try.hooks
+        ]
+        limit = hooks.max_tries(waiting, DEFAULT_MAX_TRIES)
         if tries >= limit:
             store.settle(
                 self._database,

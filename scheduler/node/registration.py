@@ -1,18 +1,23 @@
 """Writing the loaded jobs to the jobs table, so that read-only commands (views,
-`check`) know every job's schedule and policy without importing its code."""
+`check`) know every job's schedule and policy without importing its code; and their
+set under its digest, by which a node selects its own jobs' requests and alert events
+(`store.job_sets`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from scheduler import logs
+from scheduler.node.peers import jobs_digest
 from scheduler.registry import Job
+from scheduler.store import job_sets
 from scheduler.store import jobs as job_rows
 from scheduler.store.database import Database
 
 
 def register(database: Database, jobs: Mapping[str, Job]) -> None:
     job_rows.register(database, [definition_row(job) for job in jobs.values()])
+    job_sets.record(database, jobs_digest(jobs.values()), list(jobs))
     log = logs.get_logger()
     for job in jobs.values():
         log.info(

@@ -23,6 +23,7 @@ from scheduler.states import ACTIVE_STATUSES, Origin, RunStatus
 from scheduler.store import periods as period_rows
 from scheduler.store import takeover
 from scheduler.store.database import Database
+from scheduler.store.requests import Fenced
 
 if TYPE_CHECKING:  # foreground imports the daemon, which carries out requests with this module
     from scheduler.node.foreground import Foreground
@@ -144,8 +145,9 @@ def run_backfill(foreground: Foreground, steps: Sequence[Step]) -> tuple[int, in
     return succeeded, failed
 
 
-def claim_step(hands: Hands, step: Step) -> Claim | None:
-    """Claim one planned period of a backfill; None if it changed since it was planned."""
+def claim_step(hands: Hands, step: Step, fenced: Fenced | None = None) -> Claim | None:
+    """Claim one planned period of a backfill; None if it changed since it was planned.
+    `fenced`: for a console request (see `store.requests.Fenced`)."""
     job = hands.job
     if step.action is Action.RUN:
         written = period_rows.write(
@@ -155,15 +157,18 @@ def claim_step(hands: Hands, step: Step) -> Claim | None:
             holder=hands.node.id,
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.BACKFILL,
+            fenced=fenced,
         )
         return written.won[0] if written.won else None
     (row,) = period_rows.runs_between(hands.database, job.name, step.period, step.period)
     if row.status is not step.status:
         return None
-    return takeover.retake(hands.database, row, hands.node.id, Origin.BACKFILL, by_hand=True)
+    return takeover.retake(
+        hands.database, row, hands.node.id, Origin.BACKFILL, by_hand=True, fenced=fenced
+    )
 
 
-def trigger(hands: Hands) -> Claim:
+def trigger(hands: Hands, fenced: Fenced | None = None) -> Claim:
     """Claim a manual run now. Its period carries sub-second precision, so it can never
     be a period of the schedule, which has whole seconds."""
     now = hands.now()
@@ -175,6 +180,7 @@ def trigger(hands: Hands) -> Claim:
         holder=hands.node.id,
         lease_seconds=hands.job.policy.lease.total_seconds(),
         origin=Origin.MANUAL,
+        fenced=fenced,
     ).won
     return claim
 
@@ -203,5 +209,7 @@ def rerun_row(database: Database, name: str, period: datetime, *, force: bool) -
     return row
 
 
-def rerun(hands: Hands, row: Stale) -> Claim | None:
-    return takeover.retake(hands.database, row, hands.node.id, Origin.MANUAL, by_hand=True)
+def rerun(hands: Hands, row: Stale, fenced: Fenced | None = None) -> Claim | None:
+    return takeover.retake(
+        hands.database, row, hands.node.id, Origin.MANUAL, by_hand=True, fenced=fenced
+    )

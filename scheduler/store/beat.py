@@ -3,9 +3,10 @@
 It writes the node's row and renews the leases held in its name, and reads what the
 node would otherwise have to poll for: the database clock, the live peers, the nodes
 whose liveness lock went, the ring of nodes to watch, the next lease expiry or retry
-anywhere, whether an operator request waits, when the next alert event may be tried
-and whether an item is stuck that no event tells of yet, and whether its own liveness
-lock is still held. One commit a beat: an idle node costs the database that and nothing more.
+anywhere, whether an operator request of its jobs waits, when the next alert event of
+its jobs may be tried and whether an item is stuck that no event tells of yet, and
+whether its own liveness lock is still held. One commit a beat: an idle node costs the
+database that and nothing more.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _reads(
                ARRAY({nodes.watchable_query(database, alive_within)}) AS ring,
                ({lease}) AS lease_at,
                ({retry}) AS retry_at,
-               EXISTS ({requests.pending_query()}) AS requests_waiting,
+               EXISTS ({requests.pending_query(database)}) AS requests_waiting,
                ({deliveries.next_due_query()}) AS free_at,
                {items.unreported_stuck_query()} AS stuck_unreported,
                {own} AS own_lock

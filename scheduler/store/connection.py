@@ -53,6 +53,8 @@ TIMESTAMP_COLUMNS = frozenset(
         "next_try_at",
         "taken_until",
         "delivered_at",
+        "progress",
+        "registered_at",
         # Aliases of computed instants.
         "now",
         "first",

@@ -3,18 +3,21 @@
 A try is taken like a console request, by a compare-and-set of `taken_by` (with
 `taken_until`, so that a node that died while delivering hands the event on), and
 settled fenced on (node, tries): a node whose hold ran out and was overtaken changes
-nothing.
+nothing. A node reads the events of its own jobs by a join on its job set
+(`store.job_sets`); an event of a job nobody has run for a while is `unrouted`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.model import Event
 from scheduler.states import Delivery, EventKind
+from scheduler.store import job_sets
 from scheduler.store.database import Database
 from scheduler.store.events import EVENTS, trim
 
@@ -69,18 +72,19 @@ def _free(database: Database) -> str:
     return f"(taken_until IS NULL OR taken_until < {database.now})"
 
 
-def due(database: Database, jobs: Collection[str], limit: int = 50) -> list[EventRow]:
+def due(database: Database, job_set: str, limit: int = 50) -> list[EventRow]:
     """Pending events whose next try has come and that no live delivery holds, oldest
-    first, of the jobs given (a node delivers only what its own hooks know of)."""
+    first, of the jobs of the set `job_set` (a node delivers only what its own hooks
+    know of; selected by a join on the set, so other jobs' events never crowd them out)."""
     statement = f"""
-        SELECT {_COLUMNS} FROM {EVENTS}
+        SELECT {_COLUMNS} FROM {EVENTS} AS event
         WHERE state = 'pending' AND next_try_at <= {database.now} AND {_free(database)}
+          AND {job_sets.member_of("event")}
         ORDER BY next_try_at, created_at LIMIT :limit
     """
-    known = set(jobs)
     with database.transaction() as connection:
-        rows = [_row(row) for row in connection.execute(statement, {"limit": limit * 10})]
-    return [row for row in rows if row.event.job in known][:limit]
+        found = connection.execute(statement, {"job_set": job_set, "limit": limit})
+        return [_row(row) for row in found]
 
 
 # The event's key (parameters from `_key`).
@@ -122,15 +126,16 @@ def settle(
     delivered_to: Sequence[str],
     error: str | None,
     retry_in: float | None = None,
+    hold_s: float | None = None,
 ) -> bool:
     """Record how the try this node took went: fenced on (node, tries), so a node whose
-    hold ran out and was overtaken changes nothing."""
+    hold ran out and was overtaken changes nothing. `hold_s`: a hook's call of this try
+    still runs; the node keeps the event for that long (renewed with `renew`), so that
+    no node calls the hook again meanwhile, and settles the try again once it ends."""
     values = [
         "state = :state",
         "delivered_to = :delivered_to",
         "last_error = :last_error",
-        "taken_by = NULL",
-        "taken_until = NULL",
     ]
     parameters: dict[str, Any] = {
         **_key(row.event),
@@ -142,6 +147,12 @@ def settle(
     }
     if state is Delivery.DELIVERED:
         values.append(f"delivered_at = {database.now}")
+    if hold_s is None:
+        values += ["taken_by = NULL", "taken_until = NULL"]
+    else:
+        until, more = database.after("hold_s", hold_s)
+        values.append(f"taken_until = {until}")
+        parameters |= more
     if retry_in is not None:
         later, more = database.after("retry_in", retry_in)
         values.append(f"next_try_at = {later}")
@@ -152,6 +163,40 @@ def settle(
     """
     with database.transaction() as connection:
         return connection.execute(statement, parameters).rowcount == 1
+
+
+def renew(database: Database, rows: Sequence[EventRow], node_id: str, hold_s: float) -> int:
+    """Keep holding the events of tries this node took (each row as read before its try)
+    whose hook calls still run; how many it still held."""
+    until, parameters = database.after("hold_s", hold_s)
+    statement = f"""
+        UPDATE {EVENTS} SET taken_until = {until}
+        WHERE {_KEY_SQL} AND taken_by = :node AND tries = :tries
+    """
+    held = 0
+    with database.transaction() as connection:
+        for row in rows:
+            values = {**parameters, **_key(row.event), "node": node_id, "tries": row.tries + 1}
+            held += connection.execute(statement, values).rowcount
+    return held
+
+
+def unroute_orphans(database: Database, after_s: float) -> Counter[str]:
+    """Give the pending events of jobs nobody has run for `after_s` seconds (no node that
+    may still run them knows them, nobody registered them) the terminal state
+    `unrouted`, for retention to prune; how many, by job."""
+    since, parameters = database.after("since", -after_s)
+    statement = f"""
+        UPDATE {EVENTS} SET state = '{Delivery.UNROUTED.value}', taken_by = NULL,
+            taken_until = NULL, last_error = :why
+        WHERE state = 'pending' AND {_free(database)}
+          AND NOT {job_sets.known_since(EVENTS, since)}
+        RETURNING job
+    """
+    why = f"no node has run the job for {after_s / 3600:g} h: nobody will deliver it"
+    with database.transaction() as connection:
+        jobs = connection.execute(statement, parameters | {"why": why}).scalars()
+    return Counter(jobs)
 
 
 def recent(
@@ -215,11 +260,12 @@ def prune(database: Database, cutoff: datetime, batch: int, *, dry_run: bool = F
 
 
 def next_due_query() -> str:
-    """When the earliest pending event may be tried: its next try, or the end of the
-    hold a delivering node has on it."""
+    """When the earliest pending event of the node's jobs may be tried: its next try, or
+    the end of the hold a delivering node has on it (`:own_id` names the node)."""
+    own = job_sets.member_of("event", job_sets.own_digest())
     return f"""SELECT min(CASE WHEN taken_until > next_try_at THEN taken_until
                               ELSE next_try_at END) AS free_at
-               FROM {EVENTS} WHERE state = 'pending'"""
+               FROM {EVENTS} AS event WHERE state = 'pending' AND {own}"""
 
 
 def seconds_to(moment: datetime | None, now: datetime) -> float | None:

@@ -17,6 +17,7 @@ from scheduler.store.connection import pairs_in
 from scheduler.store.database import Connection, Database
 from scheduler.store.events import PassedOver
 from scheduler.store.fence import RUNS, lock_jobs
+from scheduler.store.requests import Fenced
 from scheduler.store.takeover import STALE_COLUMNS, stale_from
 
 JOBS = "scheduler_jobs"
@@ -45,11 +46,14 @@ def write(
     holder: str,
     lease_seconds: float,
     origin: Origin,
+    fenced: Fenced | None = None,
 ) -> Written:
     """Insert the entries that have no row yet; return the claimed ones this node won.
 
     Claimed entries take the job's lock, as a claim does, so that a period inserted
-    here is seen by the start of any other period of the job.
+    here is seen by the start of any other period of the job. `fenced`: claims made for
+    a console request, only while it is still this node's, recorded on it in the same
+    transaction.
     """
     won: list[Claim] = []
     sent = time.monotonic()
@@ -62,6 +66,8 @@ def write(
         recorded = [entry for entry in entries if entry.status is not RunStatus.CLAIMED]
         if claimed:
             lock_jobs(database, connection, [job])
+        if fenced is not None:
+            fenced.enter(database, connection)
         passed: list[PassedOver] = []
         if database.arrays:
             passed = _record_postgres(
@@ -94,6 +100,8 @@ def write(
                     won.append(
                         Claim(run_id, job, entry.period, 1, holder, lease_seconds, origin, sent)
                     )
+        if fenced is not None:
+            fenced.leave(database, connection, won)
     return Written(sorted(won, key=lambda claim: claim.period), early)
 
 

@@ -12,7 +12,9 @@ wait long behind a prune. What is deleted, and what never is:
   handle them again. Claimed items are kept however old: their effect is unknown until
   an operator looks;
 - an alert event settled (delivered, failed, unrouted) before the cutoff, except that
-  of an item still stuck.
+  of an item still stuck;
+- a job set (`store.job_sets`) last registered before the cutoff that no node heard
+  from since then runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler.store import deliveries as alert_events
+from scheduler.store import job_sets
 from scheduler.store.connection import in_list
 from scheduler.store.database import Database
 from scheduler.store.fence import ACTIVE_SQL, RUNS
@@ -102,6 +105,8 @@ def prune(
         if count < batch:
             break
     stuck = _stuck(database, cutoff)
+    if keep_going():
+        job_sets.prune(database, cutoff)
     return Pruned(cutoff, deleted_runs, deleted_attempts, deleted_items, stuck, deleted_events)
 
 

@@ -249,13 +249,36 @@ requests = Table(
     Column("taken_by", String(200)),
     Column("taken_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
-    # done, refused or expired, with a line saying what was claimed or why not.
+    # done, refused or expired, with a line saying what was claimed or why not (while
+    # under way: what its takers did so far).
     Column("outcome", String(16)),
     Column("detail", Text),
     # trigger and rerun: the run it claimed.
     Column("run_id", String(32)),
+    # The taker holds it until then, renewed by each write of its carrying out; a hold
+    # that lapsed before the outcome was written lets any node take it again.
+    Column("taken_until", UTCDateTime()),
+    # How many times it was taken: the fence of the taker's writes, with `taken_by`.
+    Column("tries", Integer, nullable=False, server_default="0"),
+    # backfill: the last period of the range a take claimed, so that the next take (after
+    # a fault or a dead taker) goes on after it instead of running a period twice.
+    Column("progress", UTCDateTime()),
     Index(None, "taken_by", "requested_at"),
     Index(None, "job", "requested_at"),
+    # What waits for a node: the unfinished requests, few among all.
+    Index(None, "finished_at"),
+)
+
+job_sets = Table(
+    "scheduler_job_sets",
+    metadata,
+    # The jobs of each set of jobs a node was started with, under the set's digest (the
+    # nodes' `jobs_digest`): a node selects its own jobs' requests and alert events by a
+    # join on it, without sending the names (10,000 of them) in every poll.
+    Column("job", String(200), primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    # When a node last registered the set; a set no node uses is pruned after retention.
+    Column("registered_at", UTCDateTime(), nullable=False),
 )
 
 events = Table(
@@ -275,7 +298,8 @@ events = Table(
     # One line for a human: the error, how many periods were missed, the item's key.
     Column("detail", Text),
     Column("created_at", UTCDateTime(), nullable=False),
-    # pending, delivered, failed (tries ran out) or unrouted (no hook listens).
+    # pending, delivered, failed (tries ran out) or unrouted (no hook listens, or nobody
+    # has run the job for a day).
     Column("state", String(16), nullable=False),
     Column("tries", Integer, nullable=False, server_default="0"),
     Column("next_try_at", UTCDateTime(), nullable=False),

@@ -19,6 +19,7 @@ from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store.connection import in_list
 from scheduler.store.database import Connection, Database
 from scheduler.store.fence import ACTIVE_SQL, RETRYABLE_SQL, RUNS
+from scheduler.store.requests import Fenced
 
 ATTEMPTS = "scheduler_attempts"
 STALE_COLUMNS = "id, job, period, attempt, holder, status, lease_seconds, origin, started_attempts"
@@ -95,6 +96,7 @@ def retake(
     origin: Origin | None = None,
     *,
     by_hand: bool = False,
+    fenced: Fenced | None = None,
 ) -> Claim | None:
     """Take a stale run over as the next attempt; None if somebody else was faster, or if
     it is no longer stale (its holder renewed the lease after we read it).
@@ -105,11 +107,15 @@ def retake(
     stale by the database clock. The job's lock orders it with the starts
     of its other periods. `by_hand` (rerun, backfill): a run that ended is taken as it
     was read, due or not, paused or not; it still must not have changed since.
+    `fenced`: taken for a console request, only while it is still this node's, and
+    recorded on it in the same transaction.
     """
     new_origin = origin or stale.origin
     sent = time.monotonic()
     with database.guarded(jobs=[stale.job]) as guarded:
         connection = guarded.connection
+        if fenced is not None:
+            fenced.enter(database, connection)
         if not _supersede(database, connection, stale, by_hand=by_hand):
             return None
         observed, parameters = _observed(database, stale, by_hand=by_hand)
@@ -130,19 +136,22 @@ def retake(
                 "origin": new_origin.value,
             },
         ).rowcount
-    if taken != 1:
-        return None
-    return Claim(
-        stale.id,
-        stale.job,
-        stale.period,
-        stale.attempt + 1,
-        holder,
-        stale.lease_seconds,
-        new_origin,
-        sent,
-        stale.started_attempts,
-    )
+        if taken != 1:
+            return None
+        claim = Claim(
+            stale.id,
+            stale.job,
+            stale.period,
+            stale.attempt + 1,
+            holder,
+            stale.lease_seconds,
+            new_origin,
+            sent,
+            stale.started_attempts,
+        )
+        if fenced is not None:
+            fenced.leave(database, connection, [claim])
+    return claim
 
 
 def crashes_of(database: Database, run_id: str) -> int:

@@ -16,6 +16,7 @@ from scheduler import hooks
 from scheduler.alerting.webhook import KEY_HEADER, SIGNATURE_HEADER, Webhook, verify_signature
 from scheduler.model import ClockReading, Due, Event, Failure, Finish
 from scheduler.node import alerts
+from scheduler.node import registration as catalog
 from scheduler.node.alerts import Alerts
 from scheduler.node.wakeups import Mode as WakeupMode
 from scheduler.node.wakeups import Wakeups
@@ -52,6 +53,7 @@ def _fail(database: Database, job_name: str, node: str = "node-a") -> None:
 def _nodes(
     database: Database, jobs: dict[str, Job], count: int
 ) -> tuple[threading.Event, list[Alerts]]:
+    catalog.register(database, jobs)  # as a node does before it delivers
     stop = threading.Event()
     threads = [
         Alerts(
@@ -131,10 +133,14 @@ def test_a_failing_hook_is_tried_again_alone_until_it_takes_the_event(database: 
 
 
 def test_a_hook_that_hangs_times_out_and_the_next_event_still_goes(database: Database) -> None:
+    """The hanging call costs its timeout; the event stays held while it runs, and the
+    hook is not called again beside it."""
     release = threading.Event()
     heard: list[str] = []
+    calls: list[str] = []
 
     def hangs(event: Event) -> None:
+        calls.append(event.key)
         release.wait(30)
 
     @job(cron="* * * * *", name="stuck", on={"failed": hangs})
@@ -152,15 +158,18 @@ def test_a_hook_that_hangs_times_out_and_the_next_event_still_goes(database: Dat
         wait_until(lambda: "other" in heard)
         wait_until(
             lambda: (stored_events.recent(database, job="stuck")[0].last_error or "").endswith(
-                "did not return within 0.5 s"
+                "did not return within 0.5 s; still running"
             )
         )
+        time.sleep(1.0)  # retries come every 0.2 s and more: none calls it again
+        (row,) = stored_events.recent(database, job="stuck")
     finally:
         release.set()
         _stop(stop, threads)
-    (row,) = stored_events.recent(database, job="stuck")
-    # The global hook took it the first time; only the hanging one is tried again.
+    assert calls == ["stuck/2026-11-30T12:00:00Z/failed"]
+    # The global hook took it the first time; the hanging one's call is still open.
     assert row.state is Delivery.PENDING
+    assert row.taken_by == "node-0"
     assert any(name.endswith("everywhere") for name in row.delivered_to)
 
 
@@ -224,6 +233,7 @@ def test_a_listening_node_asks_once_a_minute_about_events_only_others_can_delive
     def ours() -> None: ...
 
     _fail(database, "theirs")  # pending; no live node here runs "theirs"
+    catalog.register(database, {"ours": ours})
     wakeups = Wakeups(structlog.get_logger())
     wakeups.choose(WakeupMode.EVENTS, "test")
     stop = threading.Event()

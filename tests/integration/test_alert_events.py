@@ -14,7 +14,7 @@ from scheduler.model import Claim, Due, Entry, Failure, Finish
 from scheduler.node.alerts import Alerts
 from scheduler.registry import job
 from scheduler.states import Delivery, EventKind, Origin, Reason, RunStatus
-from scheduler.store import claims, periods, prune, writes
+from scheduler.store import claims, job_sets, periods, prune, writes
 from scheduler.store import deliveries as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import Database
@@ -128,11 +128,13 @@ def test_catch_up_missing_a_day_of_periods_is_one_missed_event(database: Databas
 def test_one_node_takes_each_delivery_try(database: Database) -> None:
     claim = _held(database, "billing", PERIOD)
     writes.record(database, [Finish(claim, RunStatus.FAILED, 1, BOOM)], [])
-    (seen_by_a,) = stored_events.due(database, ["billing"])
-    (seen_by_b,) = stored_events.due(database, ["billing"])
+    job_sets.record(database, "billing-set", ["billing"])
+    job_sets.record(database, "another-set", ["another-job"])
+    (seen_by_a,) = stored_events.due(database, "billing-set")
+    (seen_by_b,) = stored_events.due(database, "billing-set")
     assert stored_events.take(database, seen_by_a, "node-a", 60)
     assert not stored_events.take(database, seen_by_b, "node-b", 60)
-    assert stored_events.due(database, ["billing"]) == []
+    assert stored_events.due(database, "billing-set") == []
     # node-b cannot settle a try it does not hold; node-a records a failed try.
     assert not stored_events.settle(
         database, seen_by_b, "node-b", state=Delivery.DELIVERED, delivered_to=(), error=None
@@ -146,13 +148,13 @@ def test_one_node_takes_each_delivery_try(database: Database) -> None:
         error="hook-two: down",
         retry_in=0.0,
     )
-    (again,) = stored_events.due(database, ["billing"])
+    (again,) = stored_events.due(database, "billing-set")
     assert (again.tries, again.delivered_to, again.last_error) == (
         1,
         ("hook-one",),
         "hook-two: down",
     )
-    assert stored_events.due(database, ["another-job"]) == []
+    assert stored_events.due(database, "another-set") == []
 
 
 def test_stuck_items_are_one_event_each_and_outlive_retention_while_stuck(
