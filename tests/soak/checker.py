@@ -32,6 +32,10 @@ FINAL_FAULT_STATUSES = ("failed", "abandoned", "timed_out")
 IN_HAND = ("claimed", "running", "queued")
 WINDOW_A = "a: non-cooperative body orphaned (run_orphaned)"
 WINDOW_B = "b: outcome lost to a fault of its node"
+# A body frozen with its node (SIGSTOP) past its lease may run this long once thawed:
+# the node's lease watch tells it at once, and it stops at its next look (a child
+# process is killed), but the instant between is the body's.
+THAW_TAIL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -541,17 +545,39 @@ def started_early(found: Sequence[Body]) -> list[Finding]:
     ]
 
 
+def thawed_tail(history: History, first: Body, second: Body) -> bool:
+    """The earlier body was frozen with its node (SIGSTOP) when the later one started,
+    and did not complete but stopped (told, or its child killed) within THAW_TAIL_S of
+    the thaw: it did nothing while frozen, and only the instant a thawed thread runs
+    before it is told falls beside the later one."""
+    if first.end is None or first.completed:
+        return False
+    name = node_name(first.node)
+    return any(
+        fault.kind == "sigstop"
+        and fault.node == name
+        and fault.start <= second.start <= fault.end
+        and first.end <= fault.end + THAW_TAIL_S
+        for fault in history.faults
+    )
+
+
 def ran_together(history: History, found: Sequence[Body]) -> list[Finding]:
     """Rule 4, overlap: no two bodies of one period run at the same time (one starts
     before the other's end, a body with no known end running for ever), unless the
-    earlier one is in rule 1's window (a) (its node said `run_orphaned` for it)."""
+    earlier one is in rule 1's window (a) (its node said `run_orphaned` for it) or was
+    frozen with its node and stopped as soon as it was thawed (`thawed_tail`)."""
     findings = []
     for (job, period), group in _by_period(found).items():
         ordered = sorted(group, key=lambda b: b.start)
         for index, first in enumerate(ordered):
             for second in ordered[index + 1 :]:
                 end = first.end if first.end is not None else float("inf")
-                if second.start < end and not orphaned(history, first):
+                if (
+                    second.start < end
+                    and not orphaned(history, first)
+                    and not thawed_tail(history, first, second)
+                ):
                     findings.append(
                         Finding(
                             "4 ran together",

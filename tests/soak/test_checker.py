@@ -355,3 +355,21 @@ def test_a_node_that_exits_by_itself_fails() -> None:
     crash = Exit("soak-3", 300, T0 + 10, 1, expected=False)
     verdict = check(history([spec()], exits=[crash]))
     assert rules(verdict) == ["node exited"]
+
+
+def test_a_frozen_body_stopped_as_soon_as_thawed_is_its_thawed_tail_only() -> None:
+    """SIGSTOP of the earlier body's node covers the later one's start, and the earlier
+    body stops within THAW_TAIL_S of the thaw: allowed; later than that, or completed, or
+    with no freeze of its node: it ran beside the later one."""
+    lines = [
+        *body(0, 0.0, 12.3, job="coop", run_id="r", close=CANCELLED),
+        *body(0, 8.0, 15.0, job="coop", run_id="r", attempt=2, node=NODE_2),
+    ]
+    job = spec("coop", due=(0,))
+    runs = [row(0, job="coop", attempt=2, run_id="r", holder=NODE_2)]
+    frozen = [fault("sigstop", "soak-1", 2.0, 12.0)]
+    thawed = history([job], lines, runs, faults=frozen)
+    assert check(thawed).ok
+    late = [fault("sigstop", "soak-1", 2.0, 11.0)]
+    assert rules(check(replace(thawed, faults=late))) == ["4 ran together"]
+    assert rules(check(replace(thawed, faults=[]))) == ["4 ran together"]
