@@ -92,31 +92,60 @@ def _wait_until_it_answers(url: str, process: subprocess.Popen[bytes], log: Path
     pytest.fail(f"pgbouncer did not answer: {log.read_text()}", pytrace=False)
 
 
-@pytest.fixture
-def pgbouncer() -> Iterator[str]:
-    """A PgBouncer of this test's own in front of the test PostgreSQL; yields its base URL.
+class Bouncer:
+    """A PgBouncer of a test's own in front of the test PostgreSQL, which the test may
+    kill and start again on the same port.
 
     Its folder lies outside pytest's private tmp, because pgbouncer refuses to run as
     root and, when we are root, drops to `nobody`, who must be able to read it."""
-    binary = _pgbouncer()
-    port = _free_port()
-    folder = Path(tempfile.mkdtemp(prefix="scheduler-pgbouncer-"))
-    log = folder / "pgbouncer.log"
-    command = [binary, str(_config(folder, port))]
-    if os.geteuid() == 0:
-        command[1:1] = ["-u", "nobody"]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
+
+    def __init__(self) -> None:
+        self._binary = _pgbouncer()
+        self.port = _free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="scheduler-pgbouncer-"))
+        self._config = _config(self.folder, self.port)
         server = urlsplit(POSTGRES_ADMIN_URL)
         credentials = server.netloc.rpartition("@")[0]
-        url = server._replace(netloc=f"{credentials}@127.0.0.1:{port}".lstrip("@")).geturl()
-        _wait_until_it_answers(url, process, log)
-        yield url.rpartition("/")[0]
+        netloc = f"{credentials}@127.0.0.1:{self.port}".lstrip("@")
+        self.url = server._replace(netloc=netloc).geturl()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [self._binary, str(self._config)]
+        if os.geteuid() == 0:
+            command[1:1] = ["-u", "nobody"]
+        log = self.folder / "pgbouncer.log"
+        with log.open("ab") as out:
+            self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        _wait_until_it_answers(self.url, self._process, log)
+
+    def kill(self) -> None:
+        """SIGKILL: every client connection drops at once, as when a pooler restarts."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=10)
+
+    def close(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def bouncer() -> Iterator[Bouncer]:
+    pooler = Bouncer()
+    try:
+        pooler.start()
+        yield pooler
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        shutil.rmtree(folder, ignore_errors=True)
+        pooler.close()
+
+
+@pytest.fixture
+def pgbouncer(bouncer: Bouncer) -> str:
+    """The base URL of a PgBouncer of the test's own."""
+    return bouncer.url.rpartition("/")[0]
 
 
 def _through(pgbouncer: str, database_url: str) -> str:
@@ -217,3 +246,42 @@ def test_a_start_batch_travels_whole_through_transaction_pooling(
             assert started[1] is Started.STARTED
     finally:
         database.dispose()
+
+
+def test_a_pooler_restart_loses_no_period_to_overlap(
+    tmp_path: Path, bouncer: Bouncer, postgres_url: str
+) -> None:
+    """Issue 41, item 5: PgBouncer killed and started again 2 s later under a node that
+    runs an every-second 100 ms job. A body that returned while its outcome write waits
+    for the pooler makes no later period `skipped (overlap)`: they wait and run."""
+    url = f"{bouncer.url.rpartition('/')[0]}/{postgres_url.rpartition('/')[2]}"
+    log = tmp_path / "executions.txt"
+    node = start_node(tmp_path, "pooled", url, "blunt", EXECUTION_LOG=str(log))
+    try:
+        node.wait_for(lambda e: e.get("event") == "node_started")
+        time.sleep(4)
+        for _ in range(3):
+            bouncer.kill()
+            time.sleep(2)
+            bouncer.start()
+            time.sleep(4)
+        time.sleep(6)
+    finally:
+        assert node.stop() == 0
+    bodies = [line.split() for line in log.read_text().splitlines()]
+    ran: dict[str, list[tuple[float, float]]] = {}
+    starts = {(w[4], w[0], w[2]): float(w[3].split("@")[1]) for w in bodies if "start@" in w[3]}
+    for w in bodies:
+        if "done@" in w[3] and (w[4], w[0], w[2]) in starts:
+            ran.setdefault(w[4], []).append((starts[(w[4], w[0], w[2])], float(w[3].split("@")[1])))
+    skipped = [
+        row
+        for row in run_rows(postgres_url, "brisk")
+        if (row["status"], row["reason"]) == (RunStatus.SKIPPED, Reason.OVERLAP)
+    ]
+    behind_nothing = [
+        row["period"]
+        for row in skipped
+        if not any(a <= row["period"].timestamp() <= b for a, b in ran.get("brisk", []))
+    ]
+    assert behind_nothing == [], f"periods skipped behind nothing running: {behind_nothing}"
