@@ -104,8 +104,9 @@ class _Restoring:
 
     @property
     def everyone_down(self) -> bool:
-        """The server ended the session and has accepted no connection since: no peer
-        can have stayed connected, so none can take this node for dead."""
+        """The server ended the session and no server has served a connection since (not
+        one turned away by a server that answers): a restart or a shutdown, which no
+        peer stays connected through, so none can take this node for dead."""
         return self.by_server and self.server_down and not self.other_failure
 
 

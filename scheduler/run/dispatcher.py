@@ -323,6 +323,11 @@ class Dispatcher:
         duration_ms = round((time.monotonic() - began) * 1000)
         if active.orphan is not None:
             active.orphan.returned()
+        elif not active.lost and not self._leases.valid(claim.key):
+            # It returned past its own deadline before anyone could tell it (the node
+            # froze, a paused VM): a takeover may have run it meanwhile. Said, as an
+            # orphan that has just returned.
+            orphans.returned_late(context.log)
         with self._lock:
             if active.phase is not Phase.RUNNING:  # abandoned at the end of a drain
                 watching.ended(Ending(RunStatus.ABANDONED, None, False, False, duration_ms))

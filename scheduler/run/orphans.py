@@ -8,7 +8,10 @@ node may take the period over (`grace` after it was told), it may run beside tha
 takeover. That is said once, at that moment (`run_orphaned`), and how long it overlapped
 once it returns (`run_orphan_returned`). A child process (`isolation="process"`) is
 killed instead, and a body that watches `ctx.cancelled` stops within the grace: for
-them the window is empty.
+them the window is empty, but for one case no code can close: a node frozen past its
+lease (SIGSTOP, a paused VM) does nothing while frozen, and once thawed a body may
+return in the instant before it is told, having waited out its work in the freeze; a
+function that returns past its lease's deadline is said (`run_orphaned`, `frozen`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,18 @@ class Orphan:
                 overlap_s=round(time.monotonic() - self.orphaned_at, 3),
                 cause=self.cause,
             )
+
+
+def returned_late(log: FilteringBoundLogger) -> None:
+    """A function that returned after its lease's deadline had passed by this process's
+    clock, before it could be told (its node was frozen, a paused VM): it may have run,
+    and completed, beside a takeover."""
+    log.warning(
+        "run_orphaned",
+        cause="frozen",
+        told_s_ago=0.0,
+        bound="returned past its lease's deadline before it could be told",
+    )
 
 
 def watch(

@@ -37,8 +37,8 @@ class StoreUnavailableError(StoreError):
 
 
 class ServerDownError(StoreUnavailableError):
-    """The server accepts no connection at all (starting, stopping, not listening):
-    every session of every node is down with it."""
+    """No server serves a new connection (refused, closed before it spoke, a timeout,
+    starting or stopping), as opposed to one that answers and turns it away."""
 
 
 class StoreRejectedError(StoreError):

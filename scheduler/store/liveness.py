@@ -43,13 +43,13 @@ SERVER_SILENCE_FLOOR = {
 # WARNING, of class 57, "operator intervention": a shutdown, a crash, a terminated
 # backend, an idle-session timeout); one that merely breaks says nothing.
 SERVER_ENDED_CLASS = "57"
-# What a server answers, or the kernel says, while it does not accept connections at
-# all: it is starting, stopping, in recovery, or not listening.
-NOT_ACCEPTING = (
-    "the database system is",
-    "connection refused",
-    "no such file or directory",
-)
+# A server that is up but turns this session away says so (a FATAL: too many clients,
+# authentication, a database that does not exist): the other nodes may well be
+# connected. Any other failure to connect (refused, closed before the server spoke, a
+# timeout, "the database system is starting up / shutting down / in recovery") is a
+# server that does not serve.
+TURNED_AWAY = "FATAL:"
+NOT_SERVING = "the database system is"
 
 
 def ports(database: Database) -> tuple[int, int]:
@@ -84,15 +84,17 @@ class SessionLock:
 
     def connect(self) -> int:
         """Open the connection, take the lock under a key nobody holds, and listen for
-        wake-ups; its key. `ServerDownError` when the server accepts no connection."""
+        wake-ups; its key. `ServerDownError` when no server serves the connection (as
+        opposed to one that answers and turns it away)."""
         self.ended_by_server = False
         try:
             connection = _session(self._conninfo, f"{self._application_name} liveness")
         except psycopg.Error as error:
             message = first_line(error)
-            if any(sign in str(error).lower() for sign in NOT_ACCEPTING):
-                raise ServerDownError(message) from error
-            raise StoreUnavailableError(message) from error
+            text = str(error)
+            if TURNED_AWAY in text and NOT_SERVING not in text:
+                raise StoreUnavailableError(message) from error
+            raise ServerDownError(message) from error
         with _faults():
             connection.add_notice_handler(self._heard)
             _raise_silence_floor(connection)

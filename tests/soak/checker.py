@@ -32,6 +32,7 @@ FINAL_FAULT_STATUSES = ("failed", "abandoned", "timed_out")
 IN_HAND = ("claimed", "running", "queued")
 WINDOW_A = "a: non-cooperative body orphaned (run_orphaned)"
 WINDOW_B = "b: outcome lost to a fault of its node"
+WINDOW_C = "c: completed as its frozen node thawed (run_orphaned)"
 # A body frozen with its node (SIGSTOP) past its lease may run this long once thawed:
 # the node's lease watch tells it at once, and it stops at its next look (a child
 # process is killed), but the instant between is the body's.
@@ -342,6 +343,9 @@ def completed_twice(history: History, found: Sequence[Body]) -> tuple[list[Findi
             if orphaned(history, body):
                 allowed.append(Allowed(WINDOW_A, job, period, body.describe()))
                 continue
+            if completed_as_thawed(history, body):
+                allowed.append(Allowed(WINDOW_C, job, period, body.describe()))
+                continue
             fault = outcome_lost_to_fault(history, body)
             if fault is not None:
                 allowed.append(
@@ -547,10 +551,10 @@ def started_early(found: Sequence[Body]) -> list[Finding]:
 
 def thawed_tail(history: History, first: Body, second: Body) -> bool:
     """The earlier body was frozen with its node (SIGSTOP) when the later one started,
-    and did not complete but stopped (told, or its child killed) within THAW_TAIL_S of
-    the thaw: it did nothing while frozen, and only the instant a thawed thread runs
-    before it is told falls beside the later one."""
-    if first.end is None or first.completed:
+    and ended within THAW_TAIL_S of the thaw (stopped when told, its child killed, or,
+    as window (c) allows, completed): it did nothing while frozen, and only the instant
+    a thawed thread runs before it is told falls beside the later one."""
+    if first.end is None:
         return False
     name = node_name(first.node)
     return any(
@@ -559,6 +563,25 @@ def thawed_tail(history: History, first: Body, second: Body) -> bool:
         and fault.start <= second.start <= fault.end
         and first.end <= fault.end + THAW_TAIL_S
         for fault in history.faults
+    )
+
+
+def completed_as_thawed(history: History, body: Body) -> bool:
+    """Window (c): the body's node was frozen (SIGSTOP, the node and its children, as a
+    paused VM) and the body completed within THAW_TAIL_S of the thaw, having waited out
+    its work in the freeze, before the node could tell it; and the node said so
+    (`run_orphaned` for that attempt, as a function that returned past its lease)."""
+    if body.end is None or not body.completed:
+        return False
+    name = node_name(body.node)
+    frozen = any(
+        fault.kind == "sigstop"
+        and fault.node == name
+        and fault.start <= body.end <= fault.end + THAW_TAIL_S
+        for fault in history.faults
+    )
+    return frozen and any(
+        event.event == "run_orphaned" for event in _attempt_events(history)[body.attempt_key]
     )
 
 

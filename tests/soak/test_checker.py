@@ -12,6 +12,7 @@ from tests.soak import plan as kinds
 from tests.soak.checker import (
     WINDOW_A,
     WINDOW_B,
+    WINDOW_C,
     AttemptRow,
     History,
     ItemRow,
@@ -373,3 +374,21 @@ def test_a_frozen_body_stopped_as_soon_as_thawed_is_its_thawed_tail_only() -> No
     late = [fault("sigstop", "soak-1", 2.0, 11.0)]
     assert rules(check(replace(thawed, faults=late))) == ["4 ran together"]
     assert rules(check(replace(thawed, faults=[]))) == ["4 ran together"]
+
+
+def test_window_c_allows_a_completion_as_its_frozen_node_thawed_and_said_so() -> None:
+    lines = [
+        *body(0, 0.0, 12.05, job="coop", run_id="r"),
+        *body(0, 8.0, 15.0, job="coop", run_id="r", attempt=2, node=NODE_2),
+    ]
+    job = spec("coop", due=(0,))
+    runs = [row(0, job="coop", attempt=2, run_id="r", holder=NODE_2)]
+    frozen = [fault("sigstop", "soak-1", 2.0, 12.0)]
+    said = [event("run_orphaned", NODE_1, 12.06, "r")]
+    thawed = history([job], lines, runs, faults=frozen, events=said)
+    verdict = check(thawed)
+    assert verdict.ok
+    assert [a.window for a in verdict.allowed] == [WINDOW_C]
+    assert "1 completed twice" in rules(check(replace(thawed, events=[])))
+    late = [fault("sigstop", "soak-1", 2.0, 10.0)]
+    assert "1 completed twice" in rules(check(replace(thawed, faults=late)))
