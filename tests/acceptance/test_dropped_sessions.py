@@ -186,15 +186,24 @@ def test_a_live_node_whose_sessions_end_is_not_taken_for_dead(
     assert (row["status"], row["attempt"]) == ("succeeded", 1)
 
 
-@pytest.mark.parametrize("isolation", ["thread", "process"])
+JOBS = {
+    "thread": "restart_probe",
+    "process": "restart_probe_process",
+    "ignores-cancel": "restart_probe_blunt",
+}
+
+
+@pytest.mark.parametrize("isolation", list(JOBS))
 def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
     tmp_path: Path, cluster: Cluster, isolation: str
 ) -> None:
     """The holder reaches the server through a proxy that closes its connections and
     refuses new ones (its sessions end on the server; its peer stays connected). The
     peer takes the run over in seconds, not a lease; the holder has cancelled its body
-    (or killed its child) before that, and its late outcome is refused."""
-    jobs = "restart_probe" if isolation == "thread" else "restart_probe_process"
+    (or killed its child) before that, and its late outcome is refused. A thread body
+    that ignores `ctx.cancelled` is the one window left: it runs beside the takeover,
+    and its node says so once (`run_orphaned`) and how long it overlapped."""
+    jobs = JOBS[isolation]
     log = tmp_path / "executions.txt"
     env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "25"}
     proxy = Proxy(target_port=cluster.port)
@@ -241,6 +250,15 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
     lost = [e for e in holder.events() if e.get("event") == "lease_lost"]
     assert lost, "the holder never gave its run up"
     assert _when(lost[0]) < _when(retaken), "lease_lost came after the takeover"
+    orphaned = [e for e in holder.events() if e.get("event") == "run_orphaned"]
+    if isolation == "ignores-cancel":
+        assert [(e["attempt"], e["cause"]) for e in orphaned] == [(1, "liveness")]
+        assert _when(orphaned[0]) <= _when(retaken) + 0.5, "said after the takeover began"
+        returned = [e for e in holder.events() if e.get("event") == "run_orphan_returned"]
+        assert len(returned) == 1
+        assert returned[0]["overlap_s"] > 0
+        return
+    assert orphaned == [], "a body that stops when told, or a child, is no orphan"
     if isolation == "process":
         assert child_gone_at is not None
         assert child_gone_at < _when(retaken), "the child process outlived the takeover"
