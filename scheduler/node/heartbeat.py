@@ -28,9 +28,12 @@ from scheduler.store import beat as store_beat
 from scheduler.store import nodes
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
-from scheduler.supervision import SideThread, StopSignal
+from scheduler.supervision import ANSWERED, SideThread, StopSignal
 
 FIRST_BEAT_S = 1.0
+# After a beat that failed, the next is tried this soon: a database that comes back must
+# find the leases renewed, and the writes backing off told, while the leases still hold.
+FAILED_BEAT_RETRY_S = 0.25
 # A peer whose heartbeat is older than this many intervals is no longer given a share
 # (/readyz calls a node stale after the same three).
 
@@ -59,6 +62,7 @@ class Heartbeat(SideThread):
         self._interval = interval
         self._clock = clock
         self._skewed = False
+        self._failing = False
         self.last_beat: float | None = None
         # Set by the daemon once it knows them (PostgreSQL, direct connection).
         self.wakeups: Wakeups | None = None
@@ -75,10 +79,9 @@ class Heartbeat(SideThread):
         self.wake_in(0.0)
 
     def step(self) -> float:
-        self.beat()
-        return self._interval
+        return self._interval if self.beat() else min(self._interval, FAILED_BEAT_RETRY_S)
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
         """One transaction: the node's row, its leases, and what the node would otherwise
         poll for (see `store.beat`), handed to the threads that act on it."""
         sent = time.monotonic()
@@ -90,10 +93,15 @@ class Heartbeat(SideThread):
                 liveness=self.liveness is not None,
             )
         except StoreError as error:
-            self._log.warning("heartbeat_failed", error=error.message)
+            if not self._failing:
+                self._log.warning("heartbeat_failed", error=error.message)
+            self._failing = True
             metrics.record_heartbeat(landed=False)
-            return
+            return False
         metrics.record_heartbeat(landed=True)
+        if self._failing:
+            self._failing = False
+            ANSWERED.tell()
         self._dispatcher.renewed(beat.held, sent)
         self._calibrated(beat.clock)
         self._peers.update(beat.peers)
@@ -102,6 +110,7 @@ class Heartbeat(SideThread):
         if not beat.liveness_held and self.liveness is not None:
             self.liveness.doubt()
         self.last_beat = sent
+        return True
 
     def find_peers(self) -> None:
         """Read which nodes with this node's jobs are alive; they share out due periods."""

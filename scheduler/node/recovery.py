@@ -191,6 +191,10 @@ class Recovery(SideThread):
         return len(stale)
 
     def _recover(self, run: Stale) -> None:
+        if run.holder == self._node_id and run.id in self._dispatcher.returned():
+            # Its function returned here and its outcome is being written: taking it
+            # over would run it again for nothing (another node still may).
+            return
         policy = self._jobs[run.job].policy
         crashed = run.expired or run.status is RunStatus.ABANDONED
         limit = policy.max_attempts + (CRASH_ALLOWANCE if crashed else 0)

@@ -21,6 +21,9 @@ from tests.soak.ledger import CANCELLED, CLOSING, END, ERROR, SEEN, START, Line,
 
 # Rule 1 (b): how long after a body's end its node may be hit for the outcome to be lost.
 OUTCOME_WINDOW_S = 2.0
+# A server back with less than this left of a lease: no node can renew it in time, and
+# the run is taken over although its body completed (window (b)).
+RESTORED_S = 1.0
 # Rule 1 (b): the faults that may keep a node from writing an outcome.
 OUTCOME_FAULTS = (kinds.KILL, kinds.STOP, kinds.CUT, kinds.BLACKHOLE)
 # Rule 3, skips: slack around the skip's decision (database statement times vs ledger).
@@ -30,7 +33,7 @@ EARLY_SLACK_S = 0.05
 
 FINAL_FAULT_STATUSES = ("failed", "abandoned", "timed_out")
 IN_HAND = ("claimed", "running", "queued")
-WINDOW_A = "a: non-cooperative body orphaned (run_orphaned)"
+WINDOW_A = "a: non-cooperative body told to stop, went on (lease_lost, run_orphaned)"
 WINDOW_B = "b: outcome lost to a fault of its node"
 WINDOW_C = "c: completed as its frozen node thawed (run_orphaned)"
 # A body frozen with its node (SIGSTOP) past its lease may run this long once thawed:
@@ -274,13 +277,15 @@ def _rows(history: History) -> dict[tuple[str, datetime], RunRow]:
 def orphaned(history: History, body: Body) -> bool:
     """Window (a): the body is the non-cooperative job's, and the node that ran it said
     `run_orphaned` for that very attempt (it gave the run up while the function, which
-    it cannot stop, was still inside)."""
+    it cannot stop, was still inside), or told it to stop (`lease_lost`) before it
+    completed: it went on, and its period runs again elsewhere."""
     spec = history.jobs.get(body.job)
     if spec is None or not spec.non_cooperative:
         return False
-    return any(
-        event.event == "run_orphaned" for event in _attempt_events(history)[body.attempt_key]
-    )
+    events = _attempt_events(history)[body.attempt_key]
+    if any(event.event == "run_orphaned" for event in events):
+        return True
+    return body.end is not None and given_up_before(history, body, body.end)
 
 
 def given_up_before(history: History, body: Body, instant: float) -> bool:
@@ -300,7 +305,9 @@ def outcome_lost_to_fault(history: History, body: Body) -> FaultRecord | None:
     exists, and a SIGKILL, SIGSTOP, cut or black hole of its node was
     active at some moment of [its end, its end + 2 s] (it began in that window, or had
     begun earlier and was still going: either way the node could not write the outcome
-    in time). The fault that explains it, or None."""
+    in time); or a server restart was, and the attempt was taken over within RESTORED_S
+    of the server's return (its lease ran out before anyone could renew it). The fault
+    that explains it, or None."""
     if body.end is None or given_up_before(history, body, body.end):
         return None
     record = _outcome_records(history).get(body.attempt_key)
@@ -317,6 +324,15 @@ def outcome_lost_to_fault(history: History, body: Body) -> FaultRecord | None:
             and fault.end >= body.end
         ):
             return fault
+        if (
+            fault.kind == "server_restart"
+            and fault.start <= body.end + OUTCOME_WINDOW_S
+            and fault.end >= body.end
+            and record is not None
+            and record.finished_at is not None
+            and record.finished_at <= fault.end + RESTORED_S
+        ):
+            return fault  # the server came back with the lease all but spent
     return None
 
 

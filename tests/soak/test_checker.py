@@ -392,3 +392,26 @@ def test_window_c_allows_a_completion_as_its_frozen_node_thawed_and_said_so() ->
     assert "1 completed twice" in rules(check(replace(thawed, events=[])))
     late = [fault("sigstop", "soak-1", 2.0, 10.0)]
     assert "1 completed twice" in rules(check(replace(thawed, faults=late)))
+
+
+def test_window_a_allows_the_non_cooperative_job_told_before_it_completed() -> None:
+    told = [event("lease_lost", NODE_1, 5.0, "r")]
+    allowed = check(_twice("slow", events=told))
+    assert allowed.ok, allowed.findings
+    assert [a.window for a in allowed.allowed] == [WINDOW_A]
+    late = [event("lease_lost", NODE_1, 7.5, "r")]  # told after it completed: no excuse
+    assert rules(check(_twice("slow", events=late))) == ["1 completed twice"]
+    assert rules(check(_twice("tick", events=told))) == ["1 completed twice"]
+
+
+def test_window_b_allows_a_server_back_with_the_lease_spent() -> None:
+    """The body completed while the server was down; the server came back and the run
+    was taken over within a second (its lease ran out before anyone could renew it)."""
+    restart = [fault(kinds.RESTART, None, 6.0, 9.0)]
+    spent = AttemptRow("r", 1, "tick", at(0), NODE_1, "abandoned", "lease_expired", T0, T0 + 9.6)
+    verdict = check(_twice(faults=restart, attempts=[spent]))
+    assert verdict.ok, verdict.findings
+    assert [a.window for a in verdict.allowed] == [WINDOW_B]
+    # Taken over long after the server came back: the node had time to renew.
+    late = replace(spent, finished_at=T0 + 11.0)
+    assert rules(check(_twice(faults=restart, attempts=[late]))) == ["1 completed twice"]
