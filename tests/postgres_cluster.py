@@ -138,13 +138,15 @@ class Cluster:
         for pid in self._pids():
             os.kill(pid, signal.SIGCONT)
 
-    def terminate_all(self, database: str = DATABASE) -> int:
-        """`pg_terminate_backend` every other session of `database`; how many."""
+    def terminate_all(self, database: str = DATABASE, application_name: str = "%") -> int:
+        """`pg_terminate_backend` every other session of `database` (whose application
+        name is LIKE `application_name`); how many."""
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
             row = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
+                " WHERE datname = %s AND pid <> pg_backend_pid()"
+                " AND application_name LIKE %s",
+                (database, application_name),
             ).fetchone()
         return int(row[0]) if row else 0
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,51 @@ def start_node(
             stderr=subprocess.STDOUT,
         )
     return Node(name, process, log_path)
+
+
+def when(event: dict[str, Any]) -> float:
+    """An event's timestamp, as seconds since the epoch."""
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def first_event(
+    nodes: Sequence[Node], predicate: Callable[[dict[str, Any]], bool], timeout: float = 20
+) -> tuple[Node, dict[str, Any]]:
+    """The first node to log an event that matches, and that event."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node in nodes:
+            for event in node.events():
+                if predicate(event):
+                    return node, event
+        time.sleep(0.01)
+    raise AssertionError("no node logged the event")
+
+
+def watch_takeover(
+    other: Node, run_id: str, pid: int, timeout: float
+) -> tuple[dict[str, Any], float | None]:
+    """Wait for `other` to retake the run; its `run_retaken` event, and when the process
+    `pid` (the holder's body, or its child) was first seen gone meanwhile (None: never)."""
+    deadline = time.monotonic() + timeout
+    gone_at: float | None = None
+    while time.monotonic() < deadline:
+        if gone_at is None and not _alive(pid):
+            gone_at = time.time()
+        for event in other.events():
+            if event.get("event") == "run_retaken" and event.get("run_id") == run_id:
+                return event, gone_at
+        time.sleep(0.01)
+    raise AssertionError(f"{other.name} never took the run over")
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
 
 
 def other_threads(pid: int) -> list[int]:

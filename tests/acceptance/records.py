@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from scheduler.store.database import open_database
+from tests.acceptance.processes import _alive
 from tests.sql import rows
 
 
@@ -65,11 +67,7 @@ def missing_seconds(periods: list[datetime]) -> list[datetime]:
 
 def process_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
-        return False
-    return state not in ("Z", "X")
+    return _alive(pid)
 
 
 def first_seen(database_url: str, job: str) -> datetime:
@@ -82,3 +80,19 @@ def first_seen(database_url: str, job: str) -> datetime:
     moment = found["first_seen"]
     assert isinstance(moment, datetime)
     return moment
+
+
+def notes(log: Path) -> list[list[str]]:
+    """The words of each line a job noted (`jobmods.evidence.note`)."""
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def first_pid(log: Path, timeout: float = 15.0) -> int:
+    """The pid a body noted first (a child process may still be importing the job)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [int(w[3].split("=")[1]) for w in notes(log) if w[3].startswith("pid=")]
+        if pids:
+            return pids[0]
+        time.sleep(0.02)
+    raise AssertionError("the body never noted its pid")

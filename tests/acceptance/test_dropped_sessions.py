@@ -18,36 +18,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from tests.acceptance.processes import Node, start_node
-from tests.acceptance.records import first_seen, process_alive, run_rows
+from tests.acceptance.processes import Node, first_event, start_node, watch_takeover, when
+from tests.acceptance.records import first_pid, first_seen, notes, run_rows
 from tests.acceptance.tcp_proxy import Proxy
 from tests.postgres_cluster import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
-
-
-def _when(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
-
-
-def _first(
-    nodes: list[Node], predicate: Callable[[dict[str, Any]], bool], timeout: float = 40
-) -> tuple[Node, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for node in nodes:
-            for event in node.events():
-                if predicate(event):
-                    return node, event
-        time.sleep(0.02)
-    raise AssertionError("no node logged the event")
-
-
-def _notes(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def _events(nodes: list[Node], name: str) -> list[dict[str, Any]]:
@@ -69,7 +47,7 @@ def _wait_started(nodes: list[Node]) -> None:
 
 
 def _period_notes(log: Path, period: str) -> list[list[str]]:
-    return [words for words in _notes(log) if words[0] == period]
+    return [words for words in notes(log) if words[0] == period]
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
@@ -86,7 +64,7 @@ def test_a_database_restart_costs_a_running_job_nothing(
     ]
     try:
         _wait_started(nodes)
-        holder, started = _first(nodes, _started)
+        holder, started = first_event(nodes, _started)
         time.sleep(3)
         cluster.restart(down_for=5, mode=mode)
         holder.wait_for(_ended(str(started["run_id"])), timeout=60)
@@ -97,10 +75,11 @@ def test_a_database_restart_costs_a_running_job_nothing(
     assert _events(nodes, "liveness_lost"), "the restart never ended a liveness session"
     assert _events(nodes, "lease_lost") == [], "a run was given up though its lease was valid"
     assert _events(nodes, "nodes_lost") == [], "a live node was taken for dead"
-    notes = _period_notes(log, str(started["period"]))
-    assert [w for w in notes if w[3].startswith("cancelled@")] == [], "the body was cancelled"
-    assert len([w for w in notes if w[3].startswith("start@")]) == 1, notes
-    assert len([w for w in notes if w[3].startswith("done@")]) == 1, notes
+    period_notes = _period_notes(log, str(started["period"]))
+    cancelled = [w for w in period_notes if w[3].startswith("cancelled@")]
+    assert cancelled == [], "the body was cancelled"
+    assert len([w for w in period_notes if w[3].startswith("start@")]) == 1, period_notes
+    assert len([w for w in period_notes if w[3].startswith("done@")]) == 1, period_notes
     row = next(r for r in run_rows(cluster.url, "restart-probe") if r["id"] == started["run_id"])
     assert (row["status"], row["attempt"]) == ("succeeded", 1)
 
@@ -129,7 +108,7 @@ def test_dropped_sessions_run_no_body_twice(tmp_path: Path, cluster: Cluster) ->
         codes = [node.stop() for node in nodes]
     assert codes == [0, 0, 0]
     assert terminated >= 9 * 6, f"only {terminated} sessions were terminated"
-    starts = Counter((words[4], words[0]) for words in _notes(log) if words[3].startswith("start@"))
+    starts = Counter((words[4], words[0]) for words in notes(log) if words[3].startswith("start@"))
     twice = {key: count for key, count in starts.items() if count > 1}
     assert twice == {}, f"bodies that ran more than once: {twice}"
     assert _events(nodes, "nodes_lost") == [], "a live node was taken for dead"
@@ -139,16 +118,6 @@ def test_dropped_sessions_run_no_body_twice(tmp_path: Path, cluster: Cluster) ->
     assert len(window) >= int((ended - start).total_seconds())
     unrun = [(r["period"], r["status"], r["reason"]) for r in window if r["status"] != "succeeded"]
     assert unrun == [], f"periods of the every-second job that did not run: {unrun}"
-
-
-def _terminate(cluster: Cluster, application_name: str) -> int:
-    with psycopg.connect(cluster.admin_url, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name LIKE %s",
-            (application_name,),
-        ).fetchone()
-    return int(row[0]) if row else 0
 
 
 @pytest.mark.parametrize("which", ["liveness", "every"])
@@ -164,14 +133,14 @@ def test_a_live_node_whose_sessions_end_is_not_taken_for_dead(
     nodes = [start_node(tmp_path, f"node{n}", cluster.url, "restart_probe", **env) for n in (0, 1)]
     try:
         _wait_started(nodes)
-        holder, started = _first(nodes, _started)
+        holder, started = first_event(nodes, _started)
         time.sleep(2)
         pattern = (
             f"scheduler {holder.name} liveness"
             if which == "liveness"
             else (f"scheduler {holder.name}%")
         )
-        assert _terminate(cluster, pattern) >= 1
+        assert cluster.terminate_all(application_name=pattern) >= 1
         holder.wait_for(lambda e: e.get("event") == "liveness_restored", timeout=10)
         holder.wait_for(_ended(str(started["run_id"])), timeout=40)
     finally:
@@ -180,8 +149,8 @@ def test_a_live_node_whose_sessions_end_is_not_taken_for_dead(
     assert _events(nodes, "nodes_lost") == [], "a live node was taken for dead"
     assert _events(nodes, "lease_lost") == []
     assert _events(nodes, "run_retaken") == []
-    notes = _period_notes(log, str(started["period"]))
-    assert [w for w in notes if w[3].startswith("cancelled@")] == []
+    period_notes = _period_notes(log, str(started["period"]))
+    assert [w for w in period_notes if w[3].startswith("cancelled@")] == []
     row = next(r for r in run_rows(cluster.url, "restart-probe") if r["id"] == started["run_id"])
     assert (row["status"], row["attempt"]) == ("succeeded", 1)
 
@@ -217,25 +186,10 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
         other = start_node(tmp_path, "other", cluster.url, jobs, **env)
         _wait_started([other])
         time.sleep(2)  # the other node's own lock is older than the holder's run now
-        pid = _first_pid(log)
+        pid = first_pid(log)
         proxy.cut()
         cut_at = time.time()
-        child_gone_at = None
-        retaken = None
-        deadline = time.monotonic() + 40
-        while retaken is None and time.monotonic() < deadline:
-            if child_gone_at is None and not process_alive(pid):
-                child_gone_at = time.time()
-            retaken = next(
-                (
-                    e
-                    for e in other.events()
-                    if e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"]
-                ),
-                None,
-            )
-            time.sleep(0.01)
-        assert retaken is not None, "the other node never took the run over"
+        retaken, child_gone_at = watch_takeover(other, str(started["run_id"]), pid, 40)
         time.sleep(3)
         proxy.start()
         holder.wait_for(
@@ -246,14 +200,14 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
         codes = [node.stop() for node in (holder, other) if node is not None]
         proxy.cut()
     assert codes == [0, 0]
-    assert _when(retaken) - cut_at < 5, "the takeover waited for the lease"
+    assert when(retaken) - cut_at < 5, "the takeover waited for the lease"
     lost = [e for e in holder.events() if e.get("event") == "lease_lost"]
     assert lost, "the holder never gave its run up"
-    assert _when(lost[0]) < _when(retaken), "lease_lost came after the takeover"
+    assert when(lost[0]) < when(retaken), "lease_lost came after the takeover"
     orphaned = [e for e in holder.events() if e.get("event") == "run_orphaned"]
     if isolation == "ignores-cancel":
         assert [(e["attempt"], e["cause"]) for e in orphaned] == [(1, "liveness")]
-        assert _when(orphaned[0]) <= _when(retaken) + 0.5, "said after the takeover began"
+        assert when(orphaned[0]) <= when(retaken) + 0.5, "said after the takeover began"
         returned = [e for e in holder.events() if e.get("event") == "run_orphan_returned"]
         assert len(returned) == 1
         assert returned[0]["overlap_s"] > 0
@@ -261,19 +215,9 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
     assert orphaned == [], "a body that stops when told, or a child, is no orphan"
     if isolation == "process":
         assert child_gone_at is not None
-        assert child_gone_at < _when(retaken), "the child process outlived the takeover"
+        assert child_gone_at < when(retaken), "the child process outlived the takeover"
     else:
-        notes = _period_notes(log, str(started["period"]))
-        cancelled = [w for w in notes if w[2] == "1" and w[3].startswith("cancelled@")]
+        period_notes = _period_notes(log, str(started["period"]))
+        cancelled = [w for w in period_notes if w[2] == "1" and w[3].startswith("cancelled@")]
         assert cancelled, "ctx.cancelled was never set"
-        assert float(cancelled[0][3].split("@")[1]) < _when(retaken)
-
-
-def _first_pid(log: Path, timeout: float = 15.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = [int(w[3].split("=")[1]) for w in _notes(log) if w[3].startswith("pid=")]
-        if pids:
-            return pids[0]
-        time.sleep(0.02)
-    raise AssertionError("the body never noted its pid")
+        assert float(cancelled[0][3].split("@")[1]) < when(retaken)

@@ -7,36 +7,17 @@ PostgreSQL: a node's liveness is bound to a session lock on a connection of its 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from scheduler.states import RunStatus
-from tests.acceptance.processes import Node, start_node
-from tests.acceptance.records import first_seen, process_alive, run_rows
+from tests.acceptance.processes import Node, first_event, start_node, watch_takeover, when
+from tests.acceptance.records import first_pid, first_seen, notes, run_rows
 from tests.acceptance.tcp_proxy import Proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
-
-
-def _when(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
-
-
-def _first(
-    nodes: list[Node], predicate: Callable[[dict[str, Any]], bool], timeout: float = 20
-) -> tuple[Node, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for node in nodes:
-            for event in node.events():
-                if predicate(event):
-                    return node, event
-        time.sleep(0.01)
-    raise AssertionError("no node logged the event")
 
 
 def test_a_killed_holder_is_noticed_in_about_a_second(tmp_path: Path, postgres_url: str) -> None:
@@ -53,13 +34,13 @@ def test_a_killed_holder_is_noticed_in_about_a_second(tmp_path: Path, postgres_u
             node.wait_for(lambda event: event.get("event") == "node_started")
         time.sleep(3)  # every node knows its peers
         after = time.time()
-        victim, started = _first(
-            nodes, lambda e: e.get("event") == "run_started" and _when(e) > after
+        victim, started = first_event(
+            nodes, lambda e: e.get("event") == "run_started" and when(e) > after
         )
         victim.kill()
         killed_at = time.time()
         others = [node for node in nodes if node is not victim]
-        _, retaken = _first(
+        _, retaken = first_event(
             others,
             lambda e: e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"],
             timeout=40,
@@ -68,7 +49,7 @@ def test_a_killed_holder_is_noticed_in_about_a_second(tmp_path: Path, postgres_u
     finally:
         codes = [node.stop() for node in nodes if node is not victim]
     assert codes == [0, 0]
-    delay = _when(retaken) - killed_at
+    delay = when(retaken) - killed_at
     assert delay <= 2.5, f"the killed period was retaken {delay:.1f} s after the kill"
     # Noticed by the watch on its liveness lock, not by anyone asking the database.
     seen = [e for node in others for e in node.events() if e.get("event") == "node_gone_seen"]
@@ -134,10 +115,6 @@ def test_a_crash_loop_loses_no_period(tmp_path: Path, postgres_url: str, every: 
     assert given_up == []
 
 
-def _notes(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-
-
 @pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_partitioned_holder_knows_it_lost_before_anyone_retakes(
     tmp_path: Path, postgres_url: str, isolation: str
@@ -156,25 +133,10 @@ def test_a_partitioned_holder_knows_it_lost_before_anyone_retakes(
         started = holder.wait_for(lambda event: event.get("event") == "run_started")
         other = start_node(tmp_path, "other", postgres_url, jobs, EXECUTION_LOG=str(log))
         other.wait_for(lambda event: event.get("event") == "node_started")
-        pid = _first_pid(log)
+        pid = first_pid(log)
         proxy.freeze()
         frozen_at = time.time()
-        child_gone_at = None
-        deadline = time.monotonic() + 20
-        retaken = None
-        while retaken is None and time.monotonic() < deadline:
-            if child_gone_at is None and not process_alive(pid):
-                child_gone_at = time.time()
-            retaken = next(
-                (
-                    e
-                    for e in other.events()
-                    if e.get("event") == "run_retaken" and e.get("run_id") == started["run_id"]
-                ),
-                None,
-            )
-            time.sleep(0.01)
-        assert retaken is not None, "the other node never took the run over"
+        retaken, child_gone_at = watch_takeover(other, str(started["run_id"]), pid, 20)
         time.sleep(max(0.0, frozen_at + 18 - time.time()))
         proxy.thaw()
         holder.wait_for(
@@ -190,37 +152,26 @@ def test_a_partitioned_holder_knows_it_lost_before_anyone_retakes(
     events = holder.events()
     lost = [e for e in events if e.get("event") == "lease_lost" and e.get("attempt") == 1]
     assert lost, "the holder never logged lease_lost"
-    assert _when(lost[0]) < _when(retaken), "lease_lost came after the takeover"
+    assert when(lost[0]) < when(retaken), "lease_lost came after the takeover"
     assert [e for e in events if e.get("event") == "heartbeat_failed"], "no heartbeat_failed"
     refused = [e for e in events if e.get("event") == "run_outcome_refused"]
     assert [e["attempt"] for e in refused] == [1], "the late outcome is refused once"
     if isolation == "process":
         assert child_gone_at is not None
-        assert child_gone_at < _when(retaken), "the child process outlived the lease"
+        assert child_gone_at < when(retaken), "the child process outlived the lease"
     else:
-        mine = [w for w in _notes(log) if w[2] == "1" and w[3].startswith("cancelled@")]
+        mine = [w for w in notes(log) if w[2] == "1" and w[3].startswith("cancelled@")]
         assert mine, "ctx.cancelled was never set"
-        assert float(mine[0][3].split("@")[1]) < _when(retaken)
+        assert float(mine[0][3].split("@")[1]) < when(retaken)
     # Whatever the other node ran of the job (the retaken period, or a later one that
     # the dead lease no longer held back), it began after the holder had given up.
     elsewhere = [
         float(w[3].split("@")[1])
-        for w in _notes(log)
+        for w in notes(log)
         if w[1].startswith("other-") and w[3].startswith("start@")
     ]
     assert elsewhere
-    assert min(elsewhere) >= _when(lost[0]), "the other node ran the job while the holder did"
-
-
-def _first_pid(log: Path, timeout: float = 15.0) -> int:
-    """The pid the body noted first (a child process may still be importing the job)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = [int(w[3].split("=")[1]) for w in _notes(log) if w[3].startswith("pid=")]
-        if pids:
-            return pids[0]
-        time.sleep(0.02)
-    raise AssertionError("the body never noted its pid")
+    assert min(elsewhere) >= when(lost[0]), "the other node ran the job while the holder did"
 
 
 RENEWAL_STATEMENT = b"UPDATE scheduler_runs SET lease_expires_at"
@@ -256,4 +207,4 @@ def test_a_holder_partitioned_inside_its_renewal_does_not_block_the_takeover(
         proxy.cut()
     assert codes == [0, 0]
     # The lease is 6 s and the server ends a session idle in its transaction after 5 s.
-    assert _when(retaken) - frozen_at < 12, "the takeover waited for the frozen session"
+    assert when(retaken) - frozen_at < 12, "the takeover waited for the frozen session"
