@@ -202,6 +202,11 @@ class Proxy:
                 continue
             pair = _Pair(self, client, upstream)
             with self.lock:
-                self._pairs.append(pair)
+                cut = self._listener is not listener  # cut while this one was accepted
+                if not cut:
+                    self._pairs.append(pair)
+            if cut:
+                pair.close()
+                return
             threading.Thread(target=pair.pump_requests, daemon=True).start()
             threading.Thread(target=pair.pump_replies, daemon=True).start()
