@@ -34,6 +34,7 @@ FIRST_BEAT_S = 1.0
 # After a beat that failed, the next is tried this soon: a database that comes back must
 # find the leases renewed, and the writes backing off told, while the leases still hold.
 FAILED_BEAT_RETRY_S = 0.25
+FAILED_BEAT_SAY_S = 5.0
 # A peer whose heartbeat is older than this many intervals is no longer given a share
 # (/readyz calls a node stale after the same three).
 
@@ -62,7 +63,9 @@ class Heartbeat(SideThread):
         self._interval = interval
         self._clock = clock
         self._skewed = False
-        self._failing = False
+        # Since when beats fail (this process's clock), and when that was last said.
+        self._failing_since: float | None = None
+        self._said_failing = 0.0
         self.last_beat: float | None = None
         # Set by the daemon once it knows them (PostgreSQL, direct connection).
         self.wakeups: Wakeups | None = None
@@ -93,14 +96,20 @@ class Heartbeat(SideThread):
                 liveness=self.liveness is not None,
             )
         except StoreError as error:
-            if not self._failing:
+            # Tried every quarter second while it fails: said at once, then every few
+            # seconds, with how long it has failed.
+            if self._failing_since is None:
+                self._failing_since = self._said_failing = sent
                 self._log.warning("heartbeat_failed", error=error.message)
-            self._failing = True
+            elif sent - self._said_failing >= FAILED_BEAT_SAY_S:
+                self._said_failing = sent
+                failing = round(sent - self._failing_since, 1)
+                self._log.warning("heartbeat_failed", error=error.message, failing_s=failing)
             metrics.record_heartbeat(landed=False)
             return False
         metrics.record_heartbeat(landed=True)
-        if self._failing:
-            self._failing = False
+        if self._failing_since is not None:
+            self._failing_since = None
             ANSWERED.tell()
         self._dispatcher.renewed(beat.held, sent)
         self._calibrated(beat.clock)

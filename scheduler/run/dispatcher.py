@@ -321,12 +321,15 @@ class Dispatcher:
         with watching.current():
             outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))
         duration_ms = round((time.monotonic() - began) * 1000)
+        # Returned after its lease may have ended on the database (its deadline and the
+        # margin passed by this process's clock: the node froze, a paused VM): a
+        # takeover may have run it meanwhile. Said as an orphan.
+        deadline = self._leases.deadline(claim.key)
+        margin = lease_margin(claim.lease_seconds)
+        past_lease = deadline is not None and time.monotonic() > deadline + margin
         if active.orphan is not None:
-            active.orphan.returned()
-        elif not active.lost and not self._leases.valid(claim.key):
-            # It returned past its own deadline before anyone could tell it (the node
-            # froze, a paused VM): a takeover may have run it meanwhile. Said, as an
-            # orphan that has just returned.
+            active.orphan.returned(past_lease=past_lease)
+        elif past_lease:
             orphans.returned_late(context.log)
         with self._lock:
             if active.phase is not Phase.RUNNING:  # abandoned at the end of a drain
@@ -606,7 +609,8 @@ class Dispatcher:
         active.context.cancelled.set()
         if child is not None:
             _kill(child)
-        active.context.log.warning("lease_lost", cause=cause)
+        late = {"late_s": round(self._leases.late_s, 3)} if cause == "lease" else {}
+        active.context.log.warning("lease_lost", cause=cause, **late)
         metrics.record_lease_lost(active.claim.job)
         job = self._jobs[active.claim.job]
         if running and job.policy.isolation is not Isolation.PROCESS:

@@ -33,6 +33,10 @@ class LeaseWatch:
         # skipped when they come up.
         self._heap: list[tuple[float, RunKey]] = []
         self._changed = threading.Condition()
+        # How long after its deadline the last run given up was (its `lease_lost` says).
+        self.late_s = 0.0
+        # Deadlines that passed, until the run is forgotten: when its lease surely held.
+        self._passed: dict[RunKey, float] = {}
         threading.Thread(target=self._watch, name="leases", daemon=True).start()
 
     def watch(self, key: RunKey, until: float) -> None:
@@ -52,9 +56,16 @@ class LeaseWatch:
             until = self._until.get(key)
         return until is not None and time.monotonic() < until
 
+    def deadline(self, key: RunKey) -> float | None:
+        """Until when the run's lease is surely its holder's by this process's clock (a
+        deadline that passed is kept until the run is forgotten)."""
+        with self._changed:
+            return self._until.get(key, self._passed.get(key))
+
     def forget(self, key: RunKey) -> None:
         with self._changed:
             self._until.pop(key, None)
+            self._passed.pop(key, None)
 
     def _set(self, key: RunKey, until: float) -> None:
         self._until[key] = until
@@ -65,21 +76,24 @@ class LeaseWatch:
     def _watch(self) -> None:
         while True:
             with self._changed:
-                due = self._take_due(time.monotonic())
+                now = time.monotonic()
+                due = self._take_due(now)
                 if not due:
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    wait = self._heap[0][0] - now if self._heap else None
                     self._changed.wait(wait)
                     continue
-            for key in due:
+            for key, until in due:
+                self.late_s = max(0.0, time.monotonic() - until)
                 self._expire(key)
 
-    def _take_due(self, now: float) -> list[RunKey]:
+    def _take_due(self, now: float) -> list[tuple[RunKey, float]]:
         due = []
         while self._heap and self._heap[0][0] <= now:
             until, key = heapq.heappop(self._heap)
             if self._until.get(key) == until:
                 del self._until[key]
-                due.append(key)
+                self._passed[key] = until
+                due.append((key, until))
         return due
 
 

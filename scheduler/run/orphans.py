@@ -22,9 +22,12 @@ from collections.abc import Callable
 
 from structlog.typing import FilteringBoundLogger
 
+RUNS_BESIDE = "runs beside its takeover until it returns; once/item/checkpoint refuse"
+RETURNED_LATE = "returned after its lease may have ended, before it could stop"
+
 
 class Orphan:
-    """One run given up while its function ran in this process."""
+    """One run given up while its function ran in this process; said once."""
 
     def __init__(self, log: FilteringBoundLogger, cause: str, grace: float) -> None:
         self.log = log
@@ -32,21 +35,31 @@ class Orphan:
         self.told_at = time.monotonic()
         self.grace = grace
         self.orphaned_at: float | None = None
+        self._said = threading.Lock()
 
     def check(self, still_running: Callable[[], bool]) -> None:
         """At the moment a takeover may begin: say so if the function still runs."""
-        if not still_running():
-            return
-        self.orphaned_at = time.monotonic()
+        if still_running():
+            self.say()
+
+    def say(self, bound: str = RUNS_BESIDE) -> None:
+        """`run_orphaned`, once."""
+        with self._said:
+            if self.orphaned_at is not None:
+                return
+            self.orphaned_at = time.monotonic()
         self.log.warning(
             "run_orphaned",
             cause=self.cause,
             told_s_ago=round(self.orphaned_at - self.told_at, 3),
-            bound="runs beside its takeover until it returns; once/item/checkpoint refuse",
+            bound=bound,
         )
 
-    def returned(self) -> None:
-        """The function returned: how long it ran past the moment a takeover could begin."""
+    def returned(self, *, past_lease: bool) -> None:
+        """The function returned (`past_lease`: after its lease may have ended on the
+        database, so a takeover may have begun): how long it ran past that moment."""
+        if past_lease:
+            self.say(RETURNED_LATE)
         if self.orphaned_at is not None:
             self.log.warning(
                 "run_orphan_returned",
@@ -59,12 +72,7 @@ def returned_late(log: FilteringBoundLogger) -> None:
     """A function that returned after its lease's deadline had passed by this process's
     clock, before it could be told (its node was frozen, a paused VM): it may have run,
     and completed, beside a takeover."""
-    log.warning(
-        "run_orphaned",
-        cause="frozen",
-        told_s_ago=0.0,
-        bound="returned past its lease's deadline before it could be told",
-    )
+    log.warning("run_orphaned", cause="frozen", told_s_ago=0.0, bound=RETURNED_LATE)
 
 
 def watch(
