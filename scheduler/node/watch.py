@@ -64,7 +64,11 @@ class Watch(SideThread):
             target = self._next()
             changed = target != self._target
         if changed:
-            self._peer_watch.interrupt()
+            # The cancel is a connection of its own to the server (up to a connect
+            # timeout): never on the heartbeat's thread, whose renewals must not wait.
+            threading.Thread(
+                target=self._peer_watch.interrupt, name="watch-interrupt", daemon=True
+            ).start()
             self.wake_in(0.0)
 
     def _next(self) -> Watched | None:
