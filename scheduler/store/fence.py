@@ -8,6 +8,7 @@
   none of them misses a row another has just written.
 - Occupying: which other runs of a job make a period that falls due skip (or queue)
   for overlap.
+- The order of row locks: a write of many runs locks them in id order.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ def waiting_sql(now: str) -> str:
         f"(other.live AND other.status IN ('claimed', 'queued') AND other.lease_expires_at > {now})"
     )
 
+
+# Every batch write of runs locks its rows in id order before it writes them (`locked`:
+# whatever plan the update takes, a row is written only once the ids before it are
+# locked), as the heartbeat's renewal does (`store.renewals`): a start, an outcome batch
+# and a renewal of the same node's rows then never deadlock, which PostgreSQL would
+# break only after `deadlock_timeout` (a second in which a start already marked running
+# had not begun, and the beat that lost renewed nothing).
+LOCK_IN_ORDER_SQL = f"""SELECT id FROM {RUNS}
+    WHERE id = ANY(CAST(:ids AS TEXT[])) AND holder = ANY(CAST(:holders AS TEXT[]))
+    ORDER BY id FOR UPDATE"""
 
 # The row is this attempt's, as claimed: same id, attempt and holder (parameters from
 # `fence_params`).

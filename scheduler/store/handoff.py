@@ -20,7 +20,15 @@ from typing import Any
 from scheduler.model import Claim, Delivery, QueueRequest, Refusal, Started
 from scheduler.states import RunStatus
 from scheduler.store.database import Connection, Database
-from scheduler.store.fence import ACTIVE, MINE_SQL, RUNS, fence_arrays, fence_of, fence_params
+from scheduler.store.fence import (
+    ACTIVE,
+    LOCK_IN_ORDER_SQL,
+    MINE_SQL,
+    RUNS,
+    fence_arrays,
+    fence_of,
+    fence_params,
+)
 from scheduler.store.writes import startable, startable_params
 
 
@@ -60,6 +68,7 @@ def _queue_one(database: Database, connection: Connection, request: QueueRequest
 
 
 _QUEUE_POSTGRES = f"""
+    WITH locked AS ({LOCK_IN_ORDER_SQL})
     UPDATE {RUNS} AS run SET status = 'queued', queued_at = statement_timestamp(),
         queue = wanted.queue,
         lease_expires_at = clock_timestamp() + make_interval(secs => wanted.deadline)
@@ -68,6 +77,7 @@ _QUEUE_POSTGRES = f"""
                 CAST(:deadlines AS FLOAT8[]))
          AS wanted(id, attempt, holder, in_turn, queue, deadline)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
+      AND run.id IN (SELECT id FROM locked)
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
       AND (run.status = 'claimed') IS TRUE
       AND run.lease_expires_at > statement_timestamp()

@@ -240,12 +240,17 @@ def release_runs_of(database: Database, dead: Collection[Watched], own_key: int)
     )
     now = database.now
     # A queued run needs its sender no more: its message may still be picked up.
-    statement = f"""
-        UPDATE {RUNS} SET lease_expires_at = {now}
-        WHERE holder IN (SELECT node.id FROM {NODES} AS node
+    doomed = f"""holder IN (SELECT node.id FROM {NODES} AS node
                          WHERE (node.id, node.liveness_key) IN ({pairs}) AND {_GONE})
           AND {lock_held(":own_key")}
-          AND live AND lease_expires_at > {now} AND status <> 'queued'
+          AND live AND lease_expires_at > {now} AND status <> 'queued'"""
+    # Locked in id order, as every batch write of runs is (`store.writes`): no deadlock
+    # with a holder's renewal should the judgement of death race its last beat.
+    statement = f"""
+        UPDATE {RUNS} SET lease_expires_at = {now}
+        FROM (SELECT id AS locked_id FROM {RUNS} WHERE {doomed} ORDER BY id FOR UPDATE)
+             AS locked
+        WHERE id = locked.locked_id AND {doomed}
     """
     with database.transaction() as connection:
         released = connection.execute(statement, {**parameters, "own_key": own_key}).rowcount

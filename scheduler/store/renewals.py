@@ -39,9 +39,15 @@ def renew_on(database: Database, connection: Connection, holder: str) -> list[He
         f" AND status IN ({RENEWED_SQL})"
     )
     if database.arrays:
+        # The rows are locked in id order first, the order every batch write of runs
+        # takes them in (`store.writes`): a renewal by the holder's name would otherwise
+        # take them in the order it finds them and deadlock with a start or an outcome
+        # batch of the same rows, which PostgreSQL breaks only after `deadlock_timeout`.
         statement = f"""
             UPDATE {RUNS} SET lease_expires_at = {database.lease_until("lease_seconds")}
-            WHERE {held} RETURNING {_HELD_COLUMNS}
+            FROM (SELECT id AS locked_id FROM {RUNS} WHERE {held} ORDER BY id FOR UPDATE)
+                 AS locked
+            WHERE id = locked.locked_id AND {held} RETURNING {_HELD_COLUMNS}
         """
         return [_held(row) for row in connection.execute(statement, {"holder": holder})]
     found = [

@@ -25,6 +25,7 @@ from scheduler.store.events import EVENTS
 from scheduler.store.fence import (
     ACTIVE_SQL,
     FENCED_SQL,
+    LOCK_IN_ORDER_SQL,
     MINE_SQL,
     RUNS,
     fence_arrays,
@@ -204,6 +205,7 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
 # the claim or the last renewal set it, and no index holds `status` since migration
 # 0011), so on PostgreSQL it is a HOT update.
 _START_POSTGRES = f"""
+    WITH locked AS ({LOCK_IN_ORDER_SQL})
     UPDATE {RUNS} AS run SET status = 'running',
         started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
                           ELSE run.started_at END,
@@ -212,6 +214,7 @@ _START_POSTGRES = f"""
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:in_turn AS BOOLEAN[])) AS wanted(id, attempt, holder, in_turn)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
+      AND run.id IN (SELECT id FROM locked)
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
       AND (run.status IN ('claimed', 'running')) IS TRUE
       AND run.lease_expires_at > statement_timestamp()
@@ -298,7 +301,7 @@ def _start_answers(
 # kept only where the job's newest `failed` or `recovered` event before this period is
 # a `failed` one: looked up among the job's events, which are few, not its runs.
 _FINISH_POSTGRES = f"""
-    WITH done AS (
+    WITH locked AS ({LOCK_IN_ORDER_SQL}), done AS (
     UPDATE {RUNS} AS run
     SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
         duration_ms = done.duration_ms,
@@ -316,6 +319,7 @@ _FINISH_POSTGRES = f"""
          AS done(id, attempt, holder, status, reason, duration_ms, retry_in, lingering,
                  waiting_only, error_type, error_message, error_traceback)
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
+      AND run.id IN (SELECT id FROM locked)
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({ACTIVE_SQL})) IS TRUE
       AND (NOT done.waiting_only OR run.status = 'claimed')
