@@ -78,7 +78,7 @@ def waiting_sql(now: str) -> str:
 # had not begun, and the beat that lost renewed nothing).
 LOCK_IN_ORDER_SQL = f"""SELECT id FROM {RUNS}
     WHERE id = ANY(CAST(:ids AS TEXT[])) AND holder = ANY(CAST(:holders AS TEXT[]))
-    ORDER BY id FOR UPDATE"""
+    ORDER BY id FOR NO KEY UPDATE"""
 
 # The row is this attempt's, as claimed: same id, attempt and holder (parameters from
 # `fence_params`).

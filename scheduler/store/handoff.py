@@ -72,12 +72,11 @@ _QUEUE_POSTGRES = f"""
     UPDATE {RUNS} AS run SET status = 'queued', queued_at = statement_timestamp(),
         queue = wanted.queue,
         lease_expires_at = clock_timestamp() + make_interval(secs => wanted.deadline)
-    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
-                CAST(:in_turn AS BOOLEAN[]), CAST(:queues AS TEXT[]),
-                CAST(:deadlines AS FLOAT8[]))
+    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
+                        CAST(:holders AS TEXT[]), CAST(:in_turn AS BOOLEAN[]),
+                        CAST(:queues AS TEXT[]), CAST(:deadlines AS FLOAT8[]))
          AS wanted(id, attempt, holder, in_turn, queue, deadline)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
-      AND run.id IN (SELECT id FROM locked)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id AND run.id = locked.id
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
       AND (run.status = 'claimed') IS TRUE
       AND run.lease_expires_at > statement_timestamp()

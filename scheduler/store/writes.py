@@ -211,10 +211,10 @@ _START_POSTGRES = f"""
                           ELSE run.started_at END,
         started_attempts = run.started_attempts
                            + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END
-    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
-                CAST(:in_turn AS BOOLEAN[])) AS wanted(id, attempt, holder, in_turn)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
-      AND run.id IN (SELECT id FROM locked)
+    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
+                        CAST(:holders AS TEXT[]), CAST(:in_turn AS BOOLEAN[]))
+         AS wanted(id, attempt, holder, in_turn)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id AND run.id = locked.id
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
       AND (run.status IN ('claimed', 'running')) IS TRUE
       AND run.lease_expires_at > statement_timestamp()
@@ -310,7 +310,7 @@ _FINISH_POSTGRES = f"""
         retry_at = statement_timestamp() + make_interval(secs => done.retry_in),
         error_type = done.error_type, error_message = done.error_message,
         error_traceback = done.error_traceback
-    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]),
                 CAST(:durations AS INT[]), CAST(:retry_in AS FLOAT8[]),
                 CAST(:lingering AS BOOLEAN[]), CAST(:waiting_only AS BOOLEAN[]),
@@ -318,8 +318,7 @@ _FINISH_POSTGRES = f"""
                 CAST(:error_tracebacks AS TEXT[]))
          AS done(id, attempt, holder, status, reason, duration_ms, retry_in, lingering,
                  waiting_only, error_type, error_message, error_traceback)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
-      AND run.id IN (SELECT id FROM locked)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id AND run.id = locked.id
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({ACTIVE_SQL})) IS TRUE
       AND (NOT done.waiting_only OR run.status = 'claimed')
