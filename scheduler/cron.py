@@ -13,7 +13,10 @@ Crontab meanings we keep (APScheduler 3 differs on each):
 - when day-of-month and day-of-week are both restricted (neither is exactly `*`), a day
   matches if either matches, as in Vixie cron;
 - six fields put seconds first; the aliases are @hourly, @daily, @midnight, @weekly,
-  @monthly, @yearly and @annually.
+  @monthly, @yearly and @annually;
+- `L` in day-of-month is the month's last day, and `D#n` in day-of-week its nth weekday
+  D (n from 1 to 5; a month without a fifth one has no such day). Both may sit in a list
+  beside plain values, and a day matching any item matches: `1,15,L`, `mon-fri,sun#1`.
 
 DST (schedules in UTC never meet it). The fields are matched against local wall-clock
 time, then each matching wall-clock time becomes UTC instants by one of two rules,
@@ -92,6 +95,11 @@ _MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 # Crontab numbering: 0 is Sunday. APScheduler reads these names correctly.
 _WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _ITEM = re.compile(r"(\*|[0-9]+|[a-z]+)(?:-([0-9]+|[a-z]+))?(?:/([0-9]+))?")
+# The nth weekday of the month in day-of-week (`fri#2`, `5#2`), as APScheduler spells it.
+_NTH_ITEM = re.compile(r"([0-9]+|[a-z]+)#([0-9]+)")
+_NTH_NAMES = ("1st", "2nd", "3rd", "4th", "5th")
+# The last day of the month in day-of-month.
+_LAST_DAY = "l"
 
 
 @dataclass(frozen=True)
@@ -327,16 +335,27 @@ def _bisect_change(zone: ZoneInfo, low: datetime, high: datetime, offset: timede
 def _compile(expression: str, timezone: str) -> _Plan:
     """Parse and check everything up front, so a bad schedule fails at load time."""
     texts = _split(expression)
+    day_text, last_day = _without_last_day(texts[3])
+    weekday_text, nth = _without_nth_weekdays(texts[5])
     second, minute, hour, days, months, weekdays = (
-        _parse_field(spec, text) for spec, text in zip(_FIELDS, texts, strict=True)
+        _parse_field(spec, text) if text else frozenset()
+        for spec, text in zip(_FIELDS, [*texts[:3], day_text, texts[4], weekday_text], strict=True)
     )
     days_restricted, weekdays_restricted = texts[3] != "*", texts[5] != "*"
-    day_triggers_fire = _days_exist(days, months)
+    day_triggers_fire = _days_exist(days, months) or last_day
     if not day_triggers_fire and not weekdays_restricted:
         raise ScheduleError("cron", f"{expression!r} never fires: {_why_never(days, months)}")
     times = (_aps(_SECOND_FIELD, second), _aps(_MINUTE, minute), _aps(_HOUR, hour))
     month_text = _aps(_MONTH, months)
-    if days_restricted and weekdays_restricted:
+    if last_day or nth:
+        day_pairs = _special_day_pairs(
+            days if _days_exist(days, months) else frozenset(),
+            last_day,
+            weekdays if weekdays_restricted else frozenset(),
+            nth,
+            both_restricted=days_restricted and weekdays_restricted,
+        )
+    elif days_restricted and weekdays_restricted:
         # Vixie cron: either day field may match. APScheduler ANDs, so use two triggers.
         day_pairs = [("*", _aps(_DAY_OF_WEEK, weekdays))]
         if day_triggers_fire:
@@ -350,6 +369,58 @@ def _compile(expression: str, timezone: str) -> _Plan:
         zone=None if zone.key in _UTC_NAMES else zone,
         follows_elapsed_time="*" in texts[2] or "/" in texts[2],
     )
+
+
+def _without_last_day(text: str) -> tuple[str, bool]:
+    """Day-of-month's text without its `L` items, and whether it had one."""
+    items = text.split(",")
+    kept = [item for item in items if item.lower() != _LAST_DAY]
+    return ",".join(kept), len(kept) < len(items)
+
+
+def _without_nth_weekdays(text: str) -> tuple[str, frozenset[tuple[int, int]]]:
+    """Day-of-week's text without its `D#n` items, and those as (weekday, n)."""
+    kept: list[str] = []
+    nth: set[tuple[int, int]] = set()
+    for item in text.split(","):
+        found = _NTH_ITEM.fullmatch(item.lower())
+        if found is None:
+            kept.append(item)
+            continue
+        weekday = _value(_DAY_OF_WEEK, text, found.group(1)) % 7
+        position = int(found.group(2))
+        if not 1 <= position <= len(_NTH_NAMES):
+            raise _field_error(
+                _DAY_OF_WEEK, text, item, f"asks for weekday number {position} of a month (1-5)"
+            )
+        nth.add((weekday, position))
+    return ",".join(kept), frozenset(nth)
+
+
+def _special_day_pairs(
+    days: frozenset[int],
+    last_day: bool,
+    weekdays: frozenset[int],
+    nth: frozenset[tuple[int, int]],
+    *,
+    both_restricted: bool,
+) -> list[tuple[str, str]]:
+    """(day, day-of-week) pairs of APScheduler fields whose triggers, together, match the
+    days of a schedule with `L` or `D#n`: a day matches if any item of a restricted day
+    field does (with both restricted, Vixie's OR across the two fields as well)."""
+    pairs: list[tuple[str, str]] = []
+    if weekdays:
+        pairs.append(("*", _aps(_DAY_OF_WEEK, weekdays)))
+    if nth:
+        positions = (f"{_NTH_NAMES[n - 1]} {_WEEKDAYS[day]}" for day, n in sorted(nth))
+        pairs.append((",".join(positions), "*"))
+    if both_restricted or not (weekdays or nth):
+        month_days = [_aps(_DAY_OF_MONTH, days)] if days else []
+        if last_day:
+            month_days.append("last")
+        if month_days:
+            pairs.append((",".join(month_days), "*"))
+    return pairs
 
 
 def _split(expression: str) -> list[str]:
@@ -388,10 +459,16 @@ def _parse_field(spec: _Field, text: str) -> frozenset[int]:
 def _parse_item(spec: _Field, text: str, item: str) -> range:
     """One list item: `*`, `*/n`, `a`, `a-b` or `a-b/n`, with names where allowed."""
     found = _ITEM.fullmatch(item.lower())
+    if spec is _DAY_OF_MONTH and "l" in item.lower():
+        found = None  # `L` stands alone: no `L-3`, `LW` or range of it
     if found is None:
         forms = "a number, a range like 1-5, a step like */15, or a list"
+        if spec is _DAY_OF_MONTH:
+            forms = "a number, L (the last day), a range like 1-5, a step like */15, or a list"
         if spec.names:
             forms = f"a name ({spec.names[0]}-{spec.names[-1]}), " + forms
+        if spec is _DAY_OF_WEEK:
+            forms = forms.replace(", or a list", ", the nth weekday like fri#2, or a list")
         raise _field_error(spec, text, item, f"is not {forms}")
     first, last, step_text = found.groups()
     step = int(step_text) if step_text else 1

@@ -159,6 +159,55 @@ def test_february_29_fires_in_leap_years() -> None:
     assert [p.year for p in found] == [2024, 2028, 2032]
 
 
+# --- the last day of the month, the nth weekday ------------------------------------
+
+
+def days_of(expression: str, start: datetime, end: datetime) -> list[str]:
+    return [f"{p:%a %Y-%m-%d}" for p in periods(expression, start, end)]
+
+
+def test_l_is_the_last_day_of_each_month_leap_years_included() -> None:
+    found = days_of("0 9 L * *", at(2027, 12, 1), at(2028, 4, 1))
+    assert found == ["Fri 2027-12-31", "Mon 2028-01-31", "Tue 2028-02-29", "Fri 2028-03-31"]
+
+
+def test_l_sits_in_a_list_beside_plain_days() -> None:
+    found = days_of("0 9 1,L * *", at(2026, 4, 1), at(2026, 6, 1))
+    assert found == ["Wed 2026-04-01", "Thu 2026-04-30", "Fri 2026-05-01", "Sun 2026-05-31"]
+
+
+def test_l_in_a_month_without_the_plain_days_still_fires_on_the_last() -> None:
+    assert days_of("0 9 30,L 2 *", at(2026, 1, 1), at(2027, 1, 1)) == ["Sat 2026-02-28"]
+
+
+def test_nth_weekday() -> None:
+    found = days_of("0 9 * * mon#2", at(2026, 1, 1), at(2026, 4, 1))
+    assert found == ["Mon 2026-01-12", "Mon 2026-02-09", "Mon 2026-03-09"]
+    assert days_of("0 9 * * 1#2", at(2026, 1, 1), at(2026, 4, 1)) == found
+
+
+def test_a_fifth_weekday_only_in_months_that_have_one() -> None:
+    found = days_of("0 9 * * fri#5", at(2026, 1, 1), at(2026, 7, 1))
+    assert found == ["Fri 2026-01-30", "Fri 2026-05-29"]
+
+
+def test_sunday_as_7_in_the_nth_weekday() -> None:
+    assert days_of("0 9 * * 7#1", at(2026, 1, 1), at(2026, 3, 1)) == [
+        "Sun 2026-01-04",
+        "Sun 2026-02-01",
+    ]
+
+
+def test_nth_weekdays_beside_plain_weekdays_match_either() -> None:
+    found = days_of("0 9 * * sat,sun#1", at(2026, 2, 1) - timedelta(seconds=1), at(2026, 2, 15))
+    assert found == ["Sun 2026-02-01", "Sat 2026-02-07", "Sat 2026-02-14"]
+
+
+def test_l_and_an_nth_weekday_both_restricted_match_either() -> None:
+    found = days_of("0 9 L * fri#3", at(2026, 1, 1), at(2026, 3, 1))
+    assert found == ["Fri 2026-01-16", "Sat 2026-01-31", "Fri 2026-02-20", "Sat 2026-02-28"]
+
+
 # --- errors -------------------------------------------------------------------------
 
 
@@ -191,9 +240,19 @@ def test_february_29_fires_in_leap_years() -> None:
          "like */15, or a list"),
         ("-1 * * * *", "minute field '-1' is not a number, a range like 1-5, a step like */15, "
          "or a list"),
-        ("* * L * *", "day-of-month field 'L' is not a number"),
-        ("* * * * 5#2", "day-of-week field '5#2' is not a name (sun-sat), a number, a range "
+        ("* * L-3 * *", "day-of-month field 'L-3' is not a number, L (the last day), a range "
          "like 1-5, a step like */15, or a list"),
+        ("* * 1,LW * *", "day-of-month field '1,LW': 'LW' is not a number, L (the last day), a "
+         "range like 1-5, a step like */15, or a list"),
+        ("L * * * *", "minute field 'L' is not a number"),
+        ("* * * * 5#6", "day-of-week field '5#6' asks for weekday number 6 of a month (1-5)"),
+        ("* * * * 1,fri#0", "day-of-week field '1,fri#0': 'fri#0' asks for weekday number 0 of "
+         "a month (1-5)"),
+        ("* * * * 5#2-3", "day-of-week field '5#2-3' is not a name (sun-sat), a number, a range "
+         "like 1-5, a step like */15, the nth weekday like fri#2, or a list"),
+        ("* * * * funday#2", "day-of-week field 'funday#2': 'funday' is not a day-of-week name "
+         "(sun, mon, tue, wed, thu, fri, sat)"),
+        ("* * * * 8#1", "day-of-week field '8#1': '8' is out of range 0-7"),
         ("* * *", "expected 5 fields (or 6 with seconds first, or an @alias), got 3: '* * *'"),
         ("", "expected 5 fields (or 6 with seconds first, or an @alias), got 0: ''"),
         ("* * * * * * *", "expected 5 fields (or 6 with seconds first, or an @alias), "
@@ -373,26 +432,40 @@ def test_latest_is_none_before_the_calendar_starts() -> None:
 
 FIELD_TEXT = st.one_of(
     st.just("*"),
-    st.sampled_from(["*/2", "*/3", "*/7", "1-5", "1-5/2", "3,9", "10-20/5"]),
+    st.sampled_from(["*/2", "*/3", "*/7", "1-5", "1-5/2", "3,9", "10-20/5", "L", "15,L", "30,31"]),
 )
 
 
 def brute_force_day(
     day_text: str, days: set[int], months: set[int], weekday_text: str, weekdays: set[int], on: date
 ) -> bool:
-    """Crontab read literally, with Vixie's OR when both day fields are restricted."""
+    """Crontab read literally, with Vixie's OR when both day fields are restricted; `L`
+    is the month's last day, `D#n` the nth weekday D (days beyond 31 in `days`, and
+    weekdays as 10 * n + D in `weekdays`)."""
     if on.month not in months:
         return False
-    day_ok = on.day in days
-    weekday_ok = (on.isoweekday() % 7) in weekdays
+    last = (on + timedelta(days=1)).month != on.month
+    weekday = on.isoweekday() % 7
+    day_ok = on.day in days or (last and LAST in days)
+    weekday_ok = weekday in weekdays or 10 * ((on.day - 1) // 7 + 1) + weekday in weekdays
     if day_text != "*" and weekday_text != "*":
         return day_ok or weekday_ok
     return day_ok and weekday_ok
 
 
+LAST = 99
+
+
 def expand(text: str, low: int, high: int) -> set[int]:
     values: set[int] = set()
     for item in text.split(","):
+        if item == "L":
+            values.add(LAST)
+            continue
+        if "#" in item:
+            weekday, _, position = item.partition("#")
+            values.add(10 * int(position) + int(weekday) % 7)
+            continue
         span, _, step = item.partition("/")
         if span == "*":
             first, last = low, high
@@ -410,7 +483,7 @@ def expand(text: str, low: int, high: int) -> set[int]:
     hour=st.sampled_from(["*", "*/5", "3", "1-5/2", "6,18"]),
     day=FIELD_TEXT,
     month=st.sampled_from(["*", "1-5", "*/2", "3,9", "6"]),
-    weekday=st.sampled_from(["*", "0", "1-5", "5-7", "*/2", "6"]),
+    weekday=st.sampled_from(["*", "0", "1-5", "5-7", "*/2", "6", "5#2", "1-5,0#1", "1#5,7#3"]),
     start=st.dates(min_value=date(2020, 1, 1), max_value=date(2030, 12, 31)),
 )
 def test_periods_agree_with_brute_force(
@@ -427,7 +500,7 @@ def test_periods_agree_with_brute_force(
             expand(day, 1, 31),
             expand(month, 1, 12),
             weekday,
-            {v % 7 for v in expand(weekday, 0, 6)},
+            {v % 7 if v < 10 else v for v in expand(weekday, 0, 6)},
             on,
         )
         for h in sorted(expand(hour, 0, 23))
