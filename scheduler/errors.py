@@ -37,3 +37,14 @@ class RunLostError(RuntimeError):
     """The run is no longer held by this attempt (its lease expired and another node took
     it, or it was abandoned): nothing more may be claimed or checkpointed for it. Not a
     user mistake: a job sees it from `once`, `item` and `checkpoint`."""
+
+
+class ScheduleDefinitionError(UserError):
+    """A schedule created at run time that cannot be used: the message names the
+    schedule's key and the field, and nothing was written."""
+
+    def __init__(self, key: str, field: str, message: str) -> None:
+        super().__init__(f"schedule {key!r}: {field}: {message}")
+        self.key = key
+        self.field = field
+        self.message = message

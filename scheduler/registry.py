@@ -30,6 +30,8 @@ from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
 from scheduler.remote import Declared, Remote
 from scheduler.states import EventKind
 
+# What the jobs table says of a template's schedule: it has none of its own.
+TEMPLATE_CRON = ""
 # Every option's default is the Policy's own: one source.
 DEFAULTS = Policy()
 
@@ -40,7 +42,8 @@ class Job:
 
     name: str
     func: Callable[..., Any]
-    schedule: Schedule
+    # None: a template, whose periods come only from schedules created at run time.
+    schedule: Schedule | None
     policy: Policy
     is_async: bool
     takes_context: bool
@@ -48,6 +51,23 @@ class Job:
     hooks: Mapping[EventKind, tuple[Hook, ...]] = field(default_factory=dict, compare=False)
     # Its periods run on a task queue's workers (`executor=celery(...)`); None: here.
     remote: Remote | None = None
+    # A schedule created at run time (`@<key>`): the keyword arguments its function is
+    # called with, and the code-declared job it is made of (`run.job_table`).
+    args: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    template: str | None = None
+
+    @property
+    def timed(self) -> Schedule:
+        """Its own schedule; only a job that has one (not a template) is asked."""
+        if self.schedule is None:
+            raise JobDefinitionError(
+                self.name, "cron", "a template has no schedule of its own (see its schedules)"
+            )
+        return self.schedule
+
+    @property
+    def is_template(self) -> bool:
+        return self.schedule is None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The decorated function stays callable as before, e.g. from a test."""
@@ -69,7 +89,7 @@ class Job:
 
 
 def job(
-    cron: str,
+    cron: str | None,
     *,
     name: str | None = None,
     timezone: str = "UTC",
@@ -92,6 +112,10 @@ def job(
     Every option is checked here, so a mistake fails the import of its module with
     a message naming the job and the field. `executor=celery(...)` (`scheduler.celery`)
     hands each period to a Celery worker instead of running it in the node.
+
+    `cron=None` declares a template: a job with no schedule of its own, whose periods
+    come from schedules created at run time (`scheduler.schedules`), which give its
+    function their arguments as keywords after the RunContext.
     """
 
     def register(func: Callable[..., Any]) -> Job:
@@ -114,10 +138,10 @@ def job(
         return Job(
             name=job_name,
             func=func,
-            schedule=_check_schedule(job_name, cron, timezone),
+            schedule=_check_schedule(job_name, cron, timezone) if cron is not None else None,
             policy=policy,
             is_async=inspect.iscoroutinefunction(func),
-            takes_context=_takes_context(job_name, func),
+            takes_context=_takes_context(job_name, func, template=cron is None),
             hooks=job_hooks(job_name, on),
             remote=_check_executor(job_name, executor, policy),
         )
@@ -129,6 +153,10 @@ def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise JobDefinitionError(
             str(name), "name", "must be a non-empty string of ≤ 200 characters"
+        )
+    if name.startswith("@"):
+        raise JobDefinitionError(
+            name, "name", "must not begin with '@' (the runs of schedules created at run time)"
         )
     return name
 
@@ -161,10 +189,24 @@ def _check_executor(name: str, executor: object, policy: Policy) -> Remote | Non
     return remote
 
 
-def _takes_context(name: str, func: Callable[..., Any]) -> bool:
-    """Jobs take either nothing or one `RunContext`; anything else is a definition error."""
+def _takes_context(name: str, func: Callable[..., Any], *, template: bool = False) -> bool:
+    """Jobs take either nothing or one `RunContext`; anything else is a definition error.
+    A template takes the RunContext as its first positional parameter, if it has one,
+    and its schedules' arguments as keywords."""
     if not callable(func):
         raise JobDefinitionError(name, "function", f"{func!r} is not callable")
+    if template:
+        kinds = [parameter.kind for parameter in inspect.signature(func).parameters.values()]
+        positional = [
+            kind
+            for kind in kinds
+            if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+        if inspect.Parameter.POSITIONAL_ONLY in positional[1:]:
+            raise JobDefinitionError(
+                name, "function", "a template's arguments after the RunContext come by keyword"
+            )
+        return bool(positional) or inspect.Parameter.VAR_POSITIONAL in kinds
     required, declared = _parameter_counts(func)
     if required > 1:
         raise JobDefinitionError(name, "function", "must take no argument or one (the RunContext)")

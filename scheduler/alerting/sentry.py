@@ -58,7 +58,7 @@ def monitor_config(job: Job) -> dict[str, Any]:
     """The monitor as Sentry upserts it from a check-in: schedule, time zone, margin (the
     job's `alert_after`, else a minute plus its jitter), max runtime (every attempt's
     timeout, or lease, plus the pauses between retries)."""
-    policy, schedule = job.policy, job.schedule
+    policy, schedule = job.policy, job.timed
     fields = schedule.expression.split()
     if len(fields) == 5:
         plan: dict[str, Any] = {"type": "crontab", "value": schedule.expression}
@@ -76,8 +76,8 @@ def monitor_config(job: Job) -> dict[str, Any]:
 
 
 def _gap(job: Job) -> timedelta:
-    first = job.schedule.next_after(datetime.now(UTC))
-    second = job.schedule.next_after(first) if first else None
+    first = job.timed.next_after(datetime.now(UTC))
+    second = job.timed.next_after(first) if first else None
     return (second - first) if first and second else timedelta(minutes=1)
 
 
@@ -94,7 +94,10 @@ class SentryCrons:
         return None
 
     def started(self, job: Job, claim: Claim, node: str) -> _CheckIns | None:
-        if job.name in self._skip:
+        # A schedule created at run time has no monitor: a million tenants' schedules
+        # would be a million monitors. Its runs' failures reach Sentry's issues through
+        # the job's hooks, not its Crons.
+        if job.name in self._skip or job.template is not None or job.is_template:
             return None
         watch = _CheckIns(job, claim)
         if claim.starts_before == 0:

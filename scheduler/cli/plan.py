@@ -71,7 +71,7 @@ def _planned_schedule(
         if job_name not in jobs:
             known = ", ".join(sorted(jobs)) or "none"
             raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
-        return jobs[job_name].schedule
+        return jobs[job_name].timed
     if job_name is not None:
         raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
     try:

@@ -76,12 +76,12 @@ def expected_periods(job: Job, row: JobRow, start: datetime, end: datetime) -> I
     """Every period in (start, end] the job owes, ascending, by the schedule in force."""
     replaced = _replaced(row, start)
     if replaced is None:
-        yield from job.schedule.periods_between(start, end)
+        yield from job.timed.periods_between(start, end)
         return
     old, changed = replaced
     yield from old.periods_between(start, min(changed, end))
     if changed < end:
-        yield from job.schedule.periods_between(changed, end)
+        yield from job.timed.periods_between(changed, end)
 
 
 def _first_expected(job: Job, row: JobRow, start: datetime) -> datetime | None:
@@ -91,8 +91,8 @@ def _first_expected(job: Job, row: JobRow, start: datetime) -> datetime | None:
         first = old.next_after(start)
         if first is not None and first <= changed:
             return first
-        return job.schedule.next_after(changed)
-    return job.schedule.next_after(start)
+        return job.timed.next_after(changed)
+    return job.timed.next_after(start)
 
 
 def pauses_of(rows: Iterable[PauseRow]) -> dict[str, list[Pause]]:
@@ -142,7 +142,11 @@ class CatchUp:
         # changes nothing that is not there yet. Its row is not even read, so a pass
         # over 10,000 idle jobs costs no statement.
         horizon = self._horizon(now)
-        unsettled = [job for job in self._jobs.values() if not self._quiet(job, horizon)]
+        unsettled = [
+            job
+            for job in self._jobs.values()
+            if not job.is_template and not self._quiet(job, horizon)
+        ]
         if not unsettled:
             return False
         names = {job.name for job in unsettled} if len(unsettled) <= FEW_JOBS else None

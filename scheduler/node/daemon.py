@@ -37,6 +37,7 @@ from scheduler.node.peers import HANDOFF_S, Peers, jobs_digest
 from scheduler.node.pruner import Pruner
 from scheduler.node.recovery import CONFIRM_S, Recovery
 from scheduler.node.requests import Requests
+from scheduler.node.schedule_loop import ScheduleLoop
 from scheduler.node.upcoming import Upcoming
 from scheduler.node.wakeups import Mode as WakeupMode
 from scheduler.node.wakeups import Wakeups
@@ -44,6 +45,7 @@ from scheduler.node.watch import Watch
 from scheduler.policy import Policy
 from scheduler.registry import Job
 from scheduler.run.dispatcher import JOB_CONNECTIONS, Dispatcher
+from scheduler.run.job_table import JobTable
 from scheduler.run.observers import RunObserver
 from scheduler.store import claims, nodes, periods
 from scheduler.store.database import Database
@@ -135,8 +137,10 @@ class Daemon:
         self._live_since = self._clock.now()
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self._summary = Summary(settings.summary_interval, self._log)
+        # The jobs by the name their runs carry: these, and the schedules over them.
+        table = JobTable(jobs, database)
         self.dispatcher = Dispatcher(
-            database, jobs, node.id, settings.workers, self._log, observers=observers
+            database, table, node.id, settings.workers, self._log, observers=observers
         )
         self.dispatcher.liveness_grace = CONFIRM_S - liveness.RESTORE_WITHIN_S
         self._wakeups = Wakeups(self._log)
@@ -156,7 +160,7 @@ class Daemon:
         self._recovery = Recovery(
             database=database,
             dispatcher=self.dispatcher,
-            jobs=jobs,
+            jobs=table,
             node_id=node.id,
             interval=settings.recovery_interval.total_seconds(),
             stop=self._stop,
@@ -197,6 +201,15 @@ class Daemon:
             stop=self._stop,
             log=self._log,
         )
+        self._schedules = ScheduleLoop(
+            database=database,
+            table=table,
+            dispatcher=self.dispatcher,
+            node_id=node.id,
+            stop=self._stop,
+            log=self._log,
+            wakeups=self._wakeups,
+        )
         self._pruner = (
             Pruner(database=bulk, retention=settings.retention, stop=self._stop, log=self._log)
             if settings.retention
@@ -215,7 +228,13 @@ class Daemon:
         """They sleep until told; the stop is news too."""
         if self._watch is not None:
             self._watch.close()
-        for side in (self._recovery, self._requests, self._catch_up, self._pruner):
+        for side in (
+            self._recovery,
+            self._requests,
+            self._catch_up,
+            self._schedules,
+            self._pruner,
+        ):
             if side is not None:
                 side.wake_in(0.0)
 
@@ -243,6 +262,7 @@ class Daemon:
         self._requests.start()
         self._alerts.start()
         self._catch_up.start()
+        self._schedules.start()
         if self._pruner is not None:
             self._pruner.start()
         try:
@@ -518,7 +538,14 @@ class Daemon:
             self._settings.grace.total_seconds(), before_giving_back=self._leave
         )
         self._log.info("node_stopped", abandoned=abandoned)
-        sides = (self.heartbeat, self._recovery, self._requests, self._alerts, self._catch_up)
+        sides = (
+            self.heartbeat,
+            self._recovery,
+            self._requests,
+            self._alerts,
+            self._catch_up,
+            self._schedules,
+        )
         for side in (*sides, self._pruner):
             if side is not None and side.failure is not None:
                 raise RuntimeError(f"the {side.name} thread died") from side.failure

@@ -194,8 +194,9 @@ def run_once(foreground: Foreground, period: datetime | None) -> int:
 
 def choose_period(job: Job, given: datetime | None, now: datetime) -> datetime:
     """The period to run: the one given (checked against the schedule) or the latest due."""
+    schedule = job.timed
     if given is None:
-        latest = job.schedule.latest_at_or_before(now)
+        latest = schedule.latest_at_or_before(now)
         if latest is None:
             raise UserError(f"job {job.name!r}: cron: no period has fallen due yet")
         return latest
@@ -204,12 +205,12 @@ def choose_period(job: Job, given: datetime | None, now: datetime) -> datetime:
             f"job {job.name!r}: --period: {utc_text(given)} is in the future "
             f"(database time is {utc_text(now.replace(microsecond=0))})"
         )
-    if job.schedule.next_after(given - timedelta(seconds=1)) != given:
-        before = job.schedule.latest_at_or_before(given)
-        after = job.schedule.next_after(given)
+    if schedule.next_after(given - timedelta(seconds=1)) != given:
+        before = schedule.latest_at_or_before(given)
+        after = schedule.next_after(given)
         nearest = ", ".join(utc_text(moment) for moment in (before, after) if moment)
         raise UserError(
             f"job {job.name!r}: --period: {utc_text(given)} is not a period of "
-            f"{job.schedule.expression!r} (nearest: {nearest})"
+            f"{schedule.expression!r} (nearest: {nearest})"
         )
     return given

@@ -25,7 +25,10 @@ HANDOFF_S = 1.0
 def jobs_digest(jobs: Iterable[Job]) -> str:
     """The same for nodes that run the same jobs on the same schedules."""
     lines = sorted(
-        f"{job.name}\t{job.schedule.expression}\t{job.schedule.timezone}" for job in jobs
+        f"{job.name}\t{job.schedule.expression}\t{job.schedule.timezone}"
+        if job.schedule is not None
+        else f"{job.name}\ttemplate"
+        for job in jobs
     )
     return hashlib.blake2b("\n".join(lines).encode(), digest_size=16).hexdigest()
 

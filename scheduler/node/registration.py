@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from scheduler import logs
 from scheduler.node.peers import jobs_digest
-from scheduler.registry import Job
+from scheduler.registry import TEMPLATE_CRON, Job
 from scheduler.store import job_sets
 from scheduler.store import jobs as job_rows
 from scheduler.store.database import Database
@@ -23,8 +23,8 @@ def register(database: Database, jobs: Mapping[str, Job]) -> None:
         log.info(
             "job_registered",
             job=job.name,
-            cron=job.schedule.expression,
-            timezone=job.schedule.timezone,
+            cron=job.schedule.expression if job.schedule else "template",
+            timezone=job.schedule.timezone if job.schedule else "UTC",
         )
 
 
@@ -32,8 +32,8 @@ def definition_row(job: Job) -> job_rows.JobDefinitionRow:
     policy = job.policy
     return job_rows.JobDefinitionRow(
         name=job.name,
-        cron=job.schedule.expression,
-        timezone=job.schedule.timezone,
+        cron=job.schedule.expression if job.schedule else TEMPLATE_CRON,
+        timezone=job.schedule.timezone if job.schedule else "UTC",
         lease_seconds=policy.lease.total_seconds(),
         timeout_seconds=policy.timeout.total_seconds() if policy.timeout else None,
         retries=policy.retries,

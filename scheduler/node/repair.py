@@ -92,7 +92,7 @@ def backfill_steps(
     return plan_range(
         hands.database,
         job.name,
-        job.schedule,
+        job.timed,
         start,
         end,
         now=hands.now(),

@@ -39,6 +39,8 @@ class Upcoming:
             self._push(job, now - job.policy.jitter)
 
     def _push(self, job: Job, after: datetime) -> None:
+        if job.schedule is None:  # a template: its schedules fire its periods
+            return
         period = job.schedule.next_after(after)
         if period is not None:
             due = period + jitter_delay(job, period) if job.policy.jitter else period

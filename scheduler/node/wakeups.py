@@ -59,6 +59,11 @@ class AlertWatcher(Protocol):
     def stuck_reported_late(self) -> None: ...
 
 
+class ScheduleWatcher(Protocol):
+    def changed(self) -> None: ...
+    def wake_in(self, seconds: float = 0.0) -> None: ...
+
+
 class RingWatcher(Protocol):
     def ring(self, nodes: list[Watched]) -> None: ...
 
@@ -110,6 +115,7 @@ class Wakeups:
         self.requests: Wakeable | None = None
         self.alerts: AlertWatcher | None = None
         self.watch: RingWatcher | None = None
+        self.schedules: ScheduleWatcher | None = None
         self.claims = ClaimsHeard()
 
     def choose(self, mode: Mode, why: str) -> None:
@@ -134,7 +140,7 @@ class Wakeups:
             self._listening.clear()
         self._log.info("wakeups", mode=(Mode.EVENTS if listening else Mode.POLL).value)
         # Whatever was said meanwhile went unheard: look now.
-        for thread in (self.recovery, self.requests, self.alerts):
+        for thread in (self.recovery, self.requests, self.alerts, self.schedules):
             if thread is not None:
                 thread.wake_in(0.0)
 
@@ -149,6 +155,8 @@ class Wakeups:
             self.recovery.wake_in(heard.after)
         elif heard.kind is Wake.ALERT and self.alerts is not None:
             self.alerts.wake_in(heard.after)
+        elif heard.kind is Wake.SCHEDULE and self.schedules is not None:
+            self.schedules.changed()
         elif heard.kind is Wake.CLAIMED:
             self.claims.add(heard.tokens)
 

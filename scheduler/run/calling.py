@@ -48,7 +48,7 @@ def call(job: Job, context: RunContext) -> Outcome:
 def _call_bound(job: Job, context: RunContext) -> Outcome:
     bind_contextvars(**run_fields(context))
     try:
-        job.func(*arguments(job, context))
+        job.func(*arguments(job, context), **job.args)
     except BaseException as error:  # noqa: BLE001 - the job's, SystemExit too: data, not our exit
         return failed(error)
     return SUCCEEDED
@@ -57,7 +57,7 @@ def _call_bound(job: Job, context: RunContext) -> Outcome:
 async def bound(job: Job, context: RunContext) -> Any:
     """The job's coroutine, its log lines bound to the run (a task has its own context)."""
     with bound_contextvars(**run_fields(context)):
-        return await job.func(*arguments(job, context))
+        return await job.func(*arguments(job, context), **job.args)
 
 
 async def call_async(job: Job, context: RunContext) -> Outcome:

@@ -12,10 +12,12 @@ import importlib
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from multiprocessing.connection import Connection
+from typing import Any
 
 from scheduler import logs
 from scheduler.logs import LogFormat
@@ -47,6 +49,9 @@ class ChildRun:
     # For ctx.once/item/checkpoint: the child opens its own engine on this database.
     claim: Claim | None = None
     database_url: str | None = None
+    # A schedule's run: the code-declared job it is made of, and its arguments.
+    template: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
 
 
 def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> None:
@@ -69,11 +74,14 @@ def child_main(payload: ChildRun, sender: Connection, lifeline: Connection) -> N
 
 def _call(payload: ChildRun) -> Failure | None:
     module = importlib.import_module(payload.module)
+    name = payload.template or payload.job
     job = next(
         candidate
         for candidate in vars(module).values()
-        if isinstance(candidate, Job) and candidate.name == payload.job
+        if isinstance(candidate, Job) and candidate.name == name
     )
+    if payload.template is not None:
+        job = replace(job, name=payload.job, args=payload.args, template=payload.template)
     context = RunContext(
         job=payload.job,
         period=payload.period,
@@ -89,6 +97,7 @@ def _call(payload: ChildRun) -> Failure | None:
             node=payload.node,
         ),
         run_items=_child_items(payload),
+        args=payload.args,
     )
     outcome = asyncio.run(call_async(job, context)) if job.is_async else call(job, context)
     return outcome.failure

@@ -40,6 +40,13 @@ class RunContext:
     # The run's trace ids (`trace_id`, `span_id`) when OpenTelemetry traces it: on every
     # log line the job's own code writes, too.
     trace: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # A schedule created at run time: the keyword arguments it gave the function.
+    args: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def schedule(self) -> str | None:
+        """The key of the schedule this run is a period of (None: a code-declared job)."""
+        return self.job[1:] if self.job.startswith("@") else None
 
     @property
     def fencing_token(self) -> int:

@@ -119,8 +119,11 @@ class Dispatcher:
         log = self._log.bind(
             job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
         )
-        context = run_context(claim, node=self._node_id, database=self._jobs_database, log=log)
-        in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
+        job = self._jobs[claim.job]
+        context = run_context(
+            claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
+        )
+        in_turn = job.policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, in_turn)
         if self._stopping.is_set():
             # Claimed by a side thread while the node drains: give it straight back.
@@ -173,8 +176,11 @@ class Dispatcher:
         log = self._log.bind(
             job=claim.job, period=claim.period.isoformat(), run_id=claim.id, attempt=claim.attempt
         )
-        context = run_context(claim, node=self._node_id, database=self._jobs_database, log=log)
-        in_turn = self._jobs[claim.job].policy.overlap is not Overlap.ALLOW
+        job = self._jobs[claim.job]
+        context = run_context(
+            claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
+        )
+        in_turn = job.policy.overlap is not Overlap.ALLOW
         active = ActiveRun(claim, context, in_turn)
         with self._lock:
             if claim.key in self._active:

@@ -154,6 +154,8 @@ class ProcessExecutor:
             log_settings=logs.current(),
             claim=items.claim if items else None,
             database_url=items.database.url.with_password() if items else None,
+            template=job.template,
+            args=dict(job.args),
         )
         child = spawn.Process(
             target=child_main, args=(payload, sender, watched), name=f"job:{job.name}"

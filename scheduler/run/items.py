@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -144,7 +144,12 @@ class RunItems:
 
 
 def run_context(
-    claim: Claim, *, node: str, database: Database, log: FilteringBoundLogger
+    claim: Claim,
+    *,
+    node: str,
+    database: Database,
+    log: FilteringBoundLogger,
+    args: Mapping[str, Any] | None = None,
 ) -> RunContext:
     """The context a job gets for a claim held here (by a node, or a task queue's
     worker), with its fenced handle on items and its checkpoint."""
@@ -157,4 +162,5 @@ def run_context(
         origin=claim.origin,
         log=log,
         run_items=RunItems(database, claim),
+        args=args if args is not None else {},
     )

@@ -87,24 +87,7 @@ def claim(
             # Adopted rows belong to this batch: the others are not judged against them.
             if adopt:
                 _adopt(database, connection, ready, holder, sent=sent, result=part)
-            mine = {(claim.job, claim.period) for claim in part.won}
-            fresh = [item for item in ready if (item.job, item.period) not in mine]
-            ours = [claim.id for claim in part.won]
-            if database.arrays:
-                _insert_claims_postgres(
-                    connection, fresh, holder, sent=sent, result=part, ours=ours, returned=returned
-                )
-            else:
-                _insert_claims(
-                    connection, fresh, holder, sent=sent, result=part, ours=ours, returned=returned
-                )
-            alert_events.skipped(database, connection, part.skipped, part.reasons)
-            # Rows now exist for these periods: the peers need not read that they do.
-            notify_claimed(
-                database,
-                connection,
-                [(claim.job, claim.period) for claim in [*part.won, *part.skipped]],
-            )
+            claim_in(database, connection, ready, holder, sent=sent, result=part, returned=returned)
         result.won.extend(part.won)
         result.skipped.extend(part.skipped)
         result.reasons.update(part.reasons)
@@ -113,6 +96,40 @@ def claim(
         if committed is not None:
             committed(part)
     return result
+
+
+def claim_in(
+    database: Database,
+    connection: Connection,
+    due: Sequence[Due],
+    holder: str,
+    *,
+    sent: float,
+    result: ClaimResult,
+    returned: Sequence[str] = (),
+) -> None:
+    """Inside an open transaction that holds the jobs' locks: insert the claims of
+    `due` (all within the database clock) into `result`, with their alert events and
+    the notification of what was claimed. Periods already in `result.won` (adopted)
+    belong to this batch."""
+    mine = {(claim.job, claim.period) for claim in result.won}
+    fresh = [item for item in due if (item.job, item.period) not in mine]
+    ours = [claim.id for claim in result.won]
+    if database.arrays:
+        _insert_claims_postgres(
+            connection, fresh, holder, sent=sent, result=result, ours=ours, returned=returned
+        )
+    else:
+        _insert_claims(
+            connection, fresh, holder, sent=sent, result=result, ours=ours, returned=returned
+        )
+    alert_events.skipped(database, connection, result.skipped, result.reasons)
+    # Rows now exist for these periods: the peers need not read that they do.
+    notify_claimed(
+        database,
+        connection,
+        [(claim.job, claim.period) for claim in [*result.won, *result.skipped]],
+    )
 
 
 def _chunks_by_job(due: Sequence[Due]) -> Iterator[list[Due]]:

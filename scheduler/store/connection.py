@@ -55,6 +55,12 @@ TIMESTAMP_COLUMNS = frozenset(
         "delivered_at",
         "progress",
         "registered_at",
+        "start_at",
+        "once_at",
+        "next_due_at",
+        "updated_at",
+        "fired_at",
+        "deleted_at",
         # Aliases of computed instants.
         "now",
         "first",

@@ -68,19 +68,15 @@ def write(
             lock_jobs(database, connection, [job])
         if fenced is not None:
             fenced.enter(database, connection)
-        passed: list[PassedOver] = []
-        if database.arrays:
-            passed = _record_postgres(
-                connection, job, recorded, holder=holder, lease_seconds=lease_seconds, origin=origin
-            )
-            recorded = []
-        inserted: list[tuple[datetime, str, str | None]] = []
-        statement = _insert(database, leased=False)
-        for entry in recorded:
-            row = _row(job, entry, origin, lease_seconds, holder)
-            result = connection.execute(statement + " RETURNING period, status, reason", row)
-            inserted += [(found.period, found.status, found.reason) for found in result]
-        alert_events.passed_over(database, connection, job, passed + alert_events.grouped(inserted))
+        record(
+            database,
+            connection,
+            job,
+            recorded,
+            holder=holder,
+            lease_seconds=lease_seconds,
+            origin=origin,
+        )
         if database.arrays:
             won = _claim_postgres(
                 connection,
@@ -103,6 +99,33 @@ def write(
         if fenced is not None:
             fenced.leave(database, connection, won)
     return Written(sorted(won, key=lambda claim: claim.period), early)
+
+
+def record(
+    database: Database,
+    connection: Connection,
+    job: str,
+    entries: Sequence[Entry],
+    *,
+    holder: str,
+    lease_seconds: float,
+    origin: Origin,
+) -> None:
+    """Inside an open transaction: write the periods passed over (skipped, missed) that
+    have no row yet, and the alert events about them."""
+    passed: list[PassedOver] = []
+    if database.arrays:
+        passed = _record_postgres(
+            connection, job, entries, holder=holder, lease_seconds=lease_seconds, origin=origin
+        )
+        entries = []
+    inserted: list[tuple[datetime, str, str | None]] = []
+    statement = _insert(database, leased=False)
+    for entry in entries:
+        row = _row(job, entry, origin, lease_seconds, holder)
+        result = connection.execute(statement + " RETURNING period, status, reason", row)
+        inserted += [(found.period, found.status, found.reason) for found in result]
+    alert_events.passed_over(database, connection, job, passed + alert_events.grouped(inserted))
 
 
 # PostgreSQL: skipped and missed periods travel as arrays, a few statements for a day of

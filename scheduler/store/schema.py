@@ -313,3 +313,54 @@ events = Table(
     Index(None, "state", "next_try_at"),
     Index(None, "created_at"),
 )
+
+# The key sorts byte by byte on both backends (PostgreSQL's "C" collation, SQLite's
+# BINARY), so that a tenant's schedules are one range of the primary key: `tenant-42:`
+# up to the next prefix, whatever the database's collation.
+_SCHEDULE_KEY = String(190).with_variant(String(190, collation="C"), "postgresql")
+_DUE_ONLY: dict[str, Any] = {
+    "postgresql_where": text("next_due_at IS NOT NULL AND NOT paused AND deleted_at IS NULL"),
+    "sqlite_where": text("next_due_at IS NOT NULL AND NOT paused AND deleted_at IS NULL"),
+}
+
+schedules = Table(
+    "scheduler_schedules",
+    metadata,
+    # Chosen by the application (`tenant-42:weekly-report`); its periods are the runs of
+    # the job `@<key>`, so (key, period) names a period for ever, as (job, period) does.
+    Column("key", _SCHEDULE_KEY, primary_key=True),
+    # The code-declared job whose function runs, with `args`.
+    Column("job", String(200), nullable=False),
+    # The trigger: `cron` in `timezone`, `every` seconds from `start_at`, or once `at`.
+    Column("trigger", String(8), nullable=False),
+    Column("cron", String(200)),
+    Column("timezone", String(64), nullable=False),
+    Column("every_seconds", Integer),
+    Column("start_at", UTCDateTime()),
+    Column("once_at", UTCDateTime()),
+    # The function's keyword arguments, as a JSON object.
+    Column("args", Text, nullable=False),
+    # Overrides of the job's catch-up policy; NULL: the job's own.
+    Column("catchup", String(16)),
+    Column("catchup_window_seconds", Float),
+    Column("catchup_limit", Integer),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("paused_at", UTCDateTime()),
+    # The earliest period not yet fired (NULL: none left, a one-off that fired); the
+    # stretches of earlier triggers still owed, as JSON (see `scheduler.firing`).
+    Column("next_due_at", UTCDateTime()),
+    Column("owed", Text),
+    # Raised by every change: what a reader saw is what it changes.
+    Column("version", Integer, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    # Its last pass: when, and by which node.
+    Column("fired_at", UTCDateTime()),
+    Column("fired_by", String(200)),
+    # A deleted schedule fires nothing more; the row stays until retention, so that the
+    # periods it claimed before its deletion still find their job and arguments.
+    Column("deleted_at", UTCDateTime()),
+    # Only due rows are indexed: a million schedules cost the fire pass one range.
+    Index("ix_scheduler_schedules_due", "next_due_at", **_DUE_ONLY),
+    Index(None, "job"),
+)

@@ -10,7 +10,7 @@ copy is exactly what is replaced. A paused job's runs are left as they are.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +63,7 @@ def find_stale(database: Database, jobs: Collection[str], limit: int) -> list[St
     The job names are not sent: a node may run 10,000 jobs and looks every second, and
     stale runs are few. Runs of jobs this node does not know are paged past here.
     """
-    known = set(jobs)
+    known = jobs if isinstance(jobs, Mapping) else set(jobs)
     now = database.now
     found: list[Stale] = []
     after: tuple[datetime, str] | None = None

@@ -1,0 +1,131 @@
+"""The schedules loop: fires the schedules created at run time whose job this node runs.
+
+It sleeps until the earliest such schedule is due, or until a change is heard (a
+`schedule` notification; in poll mode it looks every second), then passes over the due
+rows in batches (`store.schedules.fire`: one transaction each, rows other nodes are
+firing skipped), hands the periods it claimed to the dispatcher and logs them as the
+daemon logs its own claims. Nothing of the schedules is kept between passes: a node
+holds the rows of one pass, whatever the number of schedules.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from structlog.typing import FilteringBoundLogger
+
+from scheduler import firing, logs, metrics
+from scheduler.model import Due, Entry
+from scheduler.node.wakeups import Wakeups
+from scheduler.run.dispatcher import Dispatcher
+from scheduler.run.job_table import JobTable
+from scheduler.states import Reason, RunStatus
+from scheduler.store import schedules as stored
+from scheduler.store.database import Database
+from scheduler.store.faults import StoreError
+from scheduler.store.schedules import Fired, ScheduleRow
+from scheduler.supervision import SideThread
+
+# Without notifications (SQLite, a pooler): how often to look for changes.
+POLL_S = 1.0
+# With them: how often to look all the same, in case one was missed.
+SWEEP_S = 30.0
+
+
+class ScheduleLoop(SideThread):
+    def __init__(
+        self,
+        *,
+        database: Database,
+        table: JobTable,
+        dispatcher: Dispatcher,
+        node_id: str,
+        stop: threading.Event,
+        log: FilteringBoundLogger,
+        wakeups: Wakeups | None = None,
+    ) -> None:
+        super().__init__("schedules", stop, log)
+        self._database = database
+        self._table = table
+        self._dispatcher = dispatcher
+        self._node_id = node_id
+        self._wakeups = wakeups
+        if wakeups is not None:
+            wakeups.schedules = self
+        self._jobs = sorted(table.code)
+
+    def changed(self) -> None:
+        """A schedule was created or changed somewhere: look now, and read arguments
+        afresh."""
+        self._table.forget()
+        self.wake_in(0.0)
+
+    def step(self) -> float:
+        idle = POLL_S if self._wakeups is None or not self._wakeups.listening else SWEEP_S
+        try:
+            while not self._stopping.is_set():
+                done = stored.fire(
+                    self._database,
+                    self._node_id,
+                    self._jobs,
+                    self._plan,
+                    returned=self._dispatcher.returned(),
+                )
+                self._dispatch(done)
+                if len(done.rows) < stored.ROWS_PER_PASS:
+                    break
+            wait = stored.seconds_until_due(self._database, self._jobs)
+        except StoreError as error:
+            self._log.warning("schedules_failed", error=error.message)
+            return POLL_S
+        if wait is None:
+            return idle
+        return min(max(wait, 0.0), idle)
+
+    def _plan(self, row: ScheduleRow, now: datetime) -> Fired | None:
+        """What to do with one due schedule, by the pure rules of `scheduler.firing`."""
+        job = self._table.learn(row)
+        if job is None:
+            return None
+        state = firing.State(
+            firing.trigger_from(row.trigger_columns), row.next_due_at, firing.owed_from(row.owed)
+        )
+        decided = firing.fire(state, now, job.policy)
+        assert decided.state is not None
+        lease = job.policy.lease.total_seconds()
+        limit = job.policy.overlap.limit
+        return Fired(
+            due=[Due(job.name, period, lease, limit, origin) for period, origin in decided.run],
+            recorded=[Entry(period, RunStatus.SKIPPED, reason) for period, reason in decided.skip]
+            + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in decided.missed],
+            lease_seconds=lease,
+            next_due_at=decided.state.next_due,
+            owed=firing.owed_text(decided.state.owed),
+        )
+
+    def _dispatch(self, done: stored.Pass) -> None:
+        result = done.result
+        if not done.rows:
+            return
+        with logs.together():
+            for claim in result.won:
+                self._log.info(
+                    "run_claimed",
+                    job=claim.job,
+                    period=claim.period.isoformat(),
+                    run_id=claim.id,
+                    attempt=claim.attempt,
+                    origin=claim.origin.value,
+                )
+            for claim in result.skipped:
+                self._log.info(
+                    "run_skipped",
+                    job=claim.job,
+                    period=claim.period.isoformat(),
+                    run_id=claim.id,
+                    reason=result.reasons[claim.id].value,
+                )
+        metrics.record_claims(len(result.won) + len(result.skipped), result.won, result.skipped)
+        for claim in result.won:
+            self._dispatcher.submit(claim)
