@@ -10,7 +10,8 @@ once something goes wrong cannot be alerted on with `rate` or `> 0` before it do
 
 The series stay bounded at fleet size: a few per job. The two histograms have no `job`
 label unless `per_job_histograms(True)` (`scheduler run --metrics-per-job`), which
-adds 34 series per job.
+adds 34 series per job. The runs of schedules created at run time (`@<key>`, a million
+of them perhaps) share one label value, `@schedules`: never a series per schedule.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from scheduler.store import queries
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError, first_line
 
+# The `job` label of every run of a schedule created at run time.
+SCHEDULES_LABEL = "@schedules"
 # `scheduler_missed_periods` counts what was recorded this long ago or later.
 MISSED_WINDOW = timedelta(days=1)
 
@@ -145,6 +148,11 @@ class Claimed(Protocol):
     def origin(self) -> Origin: ...
 
 
+def job_label(job: str) -> str:
+    """The `job` label of a run: its job, or `@schedules` for any schedule's."""
+    return SCHEDULES_LABEL if job.startswith("@") else job
+
+
 def record_claims(attempted: int, won: Sequence[Claimed], skipped: Sequence[Claimed]) -> None:
     """One claim batch: `attempted` periods, of which `won` run here and `skipped` were
     recorded here as skipped; the rest were lost to other nodes."""
@@ -152,28 +160,28 @@ def record_claims(attempted: int, won: Sequence[Claimed], skipped: Sequence[Clai
     CLAIMS.labels("lost").inc(attempted - len(won) - len(skipped))
     for claim in won:
         if claim.origin == Origin.CATCHUP:
-            CATCHUP_CLAIMS.labels(claim.job).inc()
+            CATCHUP_CLAIMS.labels(job_label(claim.job)).inc()
     for claim in skipped:
-        RUNS.inc(claim.job, RunStatus.SKIPPED.value)
+        RUNS.inc(job_label(claim.job), RunStatus.SKIPPED.value)
 
 
 def record_start(job: str, period: datetime) -> None:
-    START_LAG.observe(job, max(0.0, (datetime.now(UTC) - period).total_seconds()))
+    START_LAG.observe(job_label(job), max(0.0, (datetime.now(UTC) - period).total_seconds()))
 
 
 def record_finish(job: str, status: str, duration_ms: int | None) -> None:
     """An attempt's outcome, once the database accepted it."""
-    RUNS.inc(job, str(status))
+    RUNS.inc(job_label(job), str(status))
     if duration_ms is not None:
-        RUN_DURATION.observe(job, duration_ms / 1000)
+        RUN_DURATION.observe(job_label(job), duration_ms / 1000)
 
 
 def record_lease_lost(job: str) -> None:
-    LEASES_LOST.labels(job).inc()
+    LEASES_LOST.labels(job_label(job)).inc()
 
 
 def record_final_failure(job: str) -> None:
-    FINAL_FAILURES.labels(job).inc()
+    FINAL_FAILURES.labels(job_label(job)).inc()
 
 
 def record_heartbeat(landed: bool) -> None:
@@ -246,9 +254,14 @@ class Readings:
             "When a run of the job last finished successfully, on any node (Unix time).",
             labels=["job"],
         )
-        for job, success in sorted(self.successes.items()):
+        latest: dict[str, float] = {}
+        for job, success in self.successes.items():
             if success.finished_at is not None:
-                last.add_metric([job], success.finished_at.timestamp())
+                label = job_label(job)
+                moment = success.finished_at.timestamp()
+                latest[label] = max(moment, latest.get(label, moment))
+        for label, moment in sorted(latest.items()):
+            last.add_metric([label], moment)
         alerts = GaugeMetricFamily(
             "scheduler_alert_events",
             "Alert events kept in the database, by delivery state (pending, delivered, "

@@ -103,6 +103,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "serve_console",
         "Serve the web console (and /healthz, /readyz, /metrics) until SIGTERM or SIGINT.",
     ),
+    "schedules": (
+        "schedules",
+        "schedules",
+        "List, show, create, change, pause, resume and delete the schedules created at run time.",
+    ),
 }
 
 

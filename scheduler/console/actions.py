@@ -1,6 +1,8 @@
 """The console's actions: pause, resume, trigger, rerun, backfill, release and mark done
 an item. Each goes through `scheduler.admin`, as the CLI does; trigger, rerun and
 backfill become requests that a running node carries out (`scheduler.node.requests`).
+A schedule created at run time is paused, resumed or deleted through
+`scheduler.schedules`, as the application does.
 
 An action needs a credential (401 without one, 403 when none is configured); a form
 posted by a browser also needs the console's own form token and a same-origin request,
@@ -22,6 +24,7 @@ from scheduler.admin import Admin
 from scheduler.console.app import actor, console
 from scheduler.console.auth import Actor, Via
 from scheduler.errors import UserError
+from scheduler.schedules import ScheduleNotFoundError
 
 blueprint = Blueprint("actions", __name__, url_prefix="/actions")
 Act = Callable[[Admin, str, str], BaseResponse]
@@ -88,13 +91,43 @@ def done() -> BaseResponse:
     return _act("done", act, key=request.form.get("key"))
 
 
-def _act(action: str, act: Act, **details: object) -> BaseResponse:
-    """Check who asks, do it, log it; a refusal is a page with one line and no change."""
-    job = request.form.get("job", "")
-    who = _authorized(action, job)
-    log = console().log.bind(actor=who.name, action=action, job=job, **details)
+@blueprint.post("/schedule/pause")
+def pause_schedule() -> BaseResponse:
+    def act(_admin: Admin, key: str, _who: str) -> BaseResponse:
+        console().schedules.pause(key)
+        return _schedule_page(key, "paused")
+
+    return _act("pause", act, target="schedule")
+
+
+@blueprint.post("/schedule/resume")
+def resume_schedule() -> BaseResponse:
+    def act(_admin: Admin, key: str, _who: str) -> BaseResponse:
+        console().schedules.resume(key)
+        return _schedule_page(key, "resumed")
+
+    return _act("resume", act, target="schedule")
+
+
+@blueprint.post("/schedule/delete")
+def delete_schedule() -> BaseResponse:
+    def act(_admin: Admin, key: str, _who: str) -> BaseResponse:
+        if not console().schedules.delete(key):
+            # Deleted meanwhile by someone else, or never there: say so, change nothing.
+            raise ScheduleNotFoundError(f"schedule {key!r}: key: no such schedule")
+        return redirect(url("pages.schedules", notice="deleted"), 303)
+
+    return _act("delete", act, target="schedule")
+
+
+def _act(action: str, act: Act, *, target: str = "job", **details: object) -> BaseResponse:
+    """Check who asks, do it, log it; a refusal is a page with one line and no change.
+    `target` is the form field naming what it acts on: a job, or a schedule's key."""
+    subject = {target: request.form.get(target, "")}
+    who = _authorized(action, subject)
+    log = console().log.bind(actor=who.name, action=action, **subject, **details)
     try:
-        response = act(console().admin, job, who.name)
+        response = act(console().admin, subject[target], who.name)
     except UserError as error:
         log.info("console_action", outcome="refused", error=str(error))
         page = render_template(
@@ -105,18 +138,18 @@ def _act(action: str, act: Act, **details: object) -> BaseResponse:
     return response
 
 
-def _authorized(action: str, job: str) -> Actor:
+def _authorized(action: str, subject: dict[str, str]) -> Actor:
     credentials = console().credentials
     if not credentials.configured:
-        _deny(action, job, "read-only", 403)
+        _deny(action, subject, "read-only", 403)
     who = actor()
     if who is None:
         # A script is challenged (401); a browser's form is answered with a page that
         # says to sign in, not a login dialog that would re-send a form without a token.
-        _deny(action, job, "no credentials", 403 if "form_token" in request.form else 401)
+        _deny(action, subject, "no credentials", 403 if "form_token" in request.form else 401)
     assert who is not None
     if who.via is Via.BASIC and not _same_site(credentials.form_token(who)):
-        _deny(action, job, "form token or origin", 403)
+        _deny(action, subject, "form token or origin", 403)
     return who
 
 
@@ -141,11 +174,11 @@ REASONS = {
 }
 
 
-def _deny(action: str, job: str, reason: str, status: int) -> None:
+def _deny(action: str, subject: dict[str, str], reason: str, status: int) -> None:
     console().log.warning(
         "console_action_denied",
         action=action,
-        job=job,
+        **subject,
         reason=reason,
         remote=request.remote_addr,
     )
@@ -169,6 +202,10 @@ def _flag(name: str) -> bool:
 
 def _job_page(job: str, notice: str) -> BaseResponse:
     return redirect(url("pages.job", name=job, notice=notice), 303)
+
+
+def _schedule_page(key: str, notice: str) -> BaseResponse:
+    return redirect(url("pages.schedule", key=key, notice=notice), 303)
 
 
 def _request(request_id: str) -> BaseResponse:

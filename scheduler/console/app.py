@@ -14,6 +14,7 @@ from structlog.typing import FilteringBoundLogger
 from scheduler.admin import Admin
 from scheduler.console import grid
 from scheduler.console.auth import Actor, Credentials, from_environment
+from scheduler.schedules import Schedules
 from scheduler.store.database import Database
 from scheduler.views import duration_text, origin_text, status_text
 
@@ -30,6 +31,7 @@ GZIP_FROM_BYTES = 1024
 class Console:
     admin: Admin
     credentials: Credentials
+    schedules: Schedules
     log: FilteringBoundLogger
 
 
@@ -41,6 +43,7 @@ def create_app(database: Database, credentials: Credentials | None = None) -> Fl
     app.extensions["scheduler"] = Console(
         Admin(database),
         credentials if credentials is not None else from_environment(),
+        Schedules(database),
         structlog.get_logger("scheduler"),
     )
     app.register_blueprint(pages.blueprint)
@@ -52,6 +55,7 @@ def create_app(database: Database, credentials: Credentials | None = None) -> Fl
         duration=duration_text,
         status=status_text,
         origin=origin_text,
+        arguments=grid.arguments,
     )
     app.context_processor(_page_context)
     return app

@@ -3,11 +3,13 @@ so the templates only lay them out."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from html import escape
+from typing import Any
 
 from markupsafe import Markup
 
@@ -101,6 +103,12 @@ def utc(moment: datetime | None) -> str:
         moment = moment.astimezone(UTC)
     # isoformat, not strftime: much faster, and the overview formats thousands a page.
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def arguments(values: dict[str, Any], indent: int | None = None) -> str:
+    """A schedule's arguments as the JSON it stores, text for the template to escape:
+    markup an application put in an argument shows as written."""
+    return json.dumps(values, sort_keys=True, ensure_ascii=False, indent=indent)
 
 
 def cell(row: Cell) -> CellView:

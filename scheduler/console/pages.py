@@ -1,4 +1,5 @@
-"""The console's pages: overview, job, run, nodes, requests and the backfill preview.
+"""The console's pages: overview, job, run, nodes, requests, the backfill preview, and
+the schedules created at run time.
 
 Every page is a GET with a stable URL (filters in the query string), so a link pasted
 in an incident channel opens the same view; its live part refreshes itself.
@@ -27,6 +28,15 @@ NOTICES = {
     "released": "Released: the next run that reaches this item handles it again.",
     "done": "Marked done: the item is no longer listed as stuck.",
 }
+SCHEDULE_NOTICES = {
+    "paused": "Paused: its periods while paused are never run; those owed before still are, "
+    "once resumed.",
+    "resumed": "Resumed: it fires from now on; periods that passed while it was paused are "
+    "not run.",
+    "deleted": "Deleted: it fires nothing more; a period already claimed runs to its end.",
+}
+# What the schedules page's state filter may say, as `Schedules.list(paused=)` takes it.
+SCHEDULE_STATES: dict[str, bool | None] = {"": None, "active": False, "paused": True}
 
 
 @blueprint.get("/")
@@ -133,6 +143,52 @@ def backfill_preview() -> tuple[str, int] | str:
         end=end,
         include_failed=include_failed,
         steps=steps,
+    )
+
+
+@blueprint.get("/schedules")
+def schedules() -> str:
+    """A page of schedules in key order; the next page starts after its last key, so a
+    page costs the same however many schedules there are."""
+    state = request.args.get("state", "")
+    filters = reading.ScheduleFilters(
+        prefix=request.args.get("prefix", ""),
+        job=request.args.get("job", "").strip(),
+        paused=SCHEDULE_STATES.get(state),
+        per=_number("per", PER_PAGE, 1, MAX_PER_PAGE),
+    )
+    after = request.args.get("after") or None
+    listing = reading.read_schedules(console().admin, console().schedules, filters, after=after)
+    # The filters as given, to carry into the pager's link.
+    query = {name: request.args.get(name, "") for name in ("prefix", "job", "state", "per")}
+    return render_template(
+        "schedules.html",
+        view=listing,
+        fleet=listing.fleet,
+        filters=filters,
+        state=state if state in SCHEDULE_STATES else "",
+        after=after,
+        query={name: value for name, value in query.items() if value},
+        notice=SCHEDULE_NOTICES.get(request.args.get("notice", "")),
+    )
+
+
+@blueprint.get("/schedule")
+def schedule() -> str:
+    """A schedule by its key, in the query string: a key is the application's, and may
+    hold any character a path would mangle (`/`, `//`, `?`, `%`)."""
+    key = request.args.get("key", "")
+    try:
+        page = reading.read_schedule(console().admin, console().schedules, key)
+    except UserError as error:
+        abort(404, str(error))
+    if page is None:
+        abort(404, f"no schedule {key!r} in this database")
+    return render_template(
+        "schedule.html",
+        view=page,
+        fleet=page.fleet,
+        notice=SCHEDULE_NOTICES.get(request.args.get("notice", "")),
     )
 
 

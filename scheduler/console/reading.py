@@ -14,6 +14,7 @@ from scheduler.admin import Admin, RunDetail
 from scheduler.check import Finding, alive, is_lingering, lingering
 from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
 from scheduler.model import ONE_SHOT, JobRow
+from scheduler.schedules import Schedule, Schedules
 from scheduler.store import checkpoints, overview, queries
 from scheduler.store import items as stored_items
 from scheduler.store import requests as asked
@@ -21,12 +22,15 @@ from scheduler.store.database import Database
 from scheduler.store.items import ItemRow
 from scheduler.store.jobs import all_jobs
 from scheduler.store.overview import Active
-from scheduler.store.queries import AttemptRow, NodeRow
+from scheduler.store.queries import AttemptRow, NodeRow, RunRow
 from scheduler.store.requests import RequestRow
+from scheduler.store.schedules import schedule_key
 from scheduler.views import merged_attempts, node_state
 
 NODES_SHOWN_FOR = timedelta(days=1)
 JOB_HISTORY = 200
+SCHEDULE_HISTORY = 50
+SCHEDULE_UPCOMING = 5
 CHART_PERIODS = 60
 # Nodes look for requests every second: one still untaken after this, with nodes alive,
 # is probably of a job none of them runs.
@@ -78,6 +82,38 @@ class RunPage:
     items: list[ItemRow]
     # Timed out with its function still running: what `scheduler check` says of it.
     lingering: Finding | None = None
+    # The key of the schedule created at run time whose period this is (job `@<key>`).
+    schedule: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleFilters:
+    # Keys that begin so (`tenant-42:`): one range of the primary key.
+    prefix: str = ""
+    job: str = ""
+    # None: paused or not.
+    paused: bool | None = None
+    per: int = 100
+
+
+@dataclass(frozen=True)
+class ScheduleList:
+    """One page of schedules in key order, and the key the next page starts after."""
+
+    fleet: Fleet
+    schedules: list[Schedule]
+    next_after: str | None
+
+
+@dataclass(frozen=True)
+class SchedulePage:
+    fleet: Fleet
+    schedule: Schedule
+    # active, paused, finished (a one-off that fired) or deleted.
+    state: str
+    upcoming: list[tuple[datetime, datetime]]
+    # Its recent periods: the runs of `@<key>`, newest first.
+    runs: list[RunRow]
 
 
 @dataclass(frozen=True)
@@ -156,6 +192,42 @@ def read_run(admin: Admin, detail: RunDetail) -> RunPage:
         checkpoint=checkpoints.load(database, run.id),
         items=overview.items_of_run(database, run.id),
         lingering=lingering(run, header.now) if is_lingering(run, header.now) else None,
+        schedule=schedule_key(run.job),
+    )
+
+
+def read_schedules(
+    admin: Admin, schedules: Schedules, filters: ScheduleFilters, *, after: str | None
+) -> ScheduleList:
+    """One page of the schedules that match, read as one range of the key (keyset):
+    the same few statements with ten schedules or a million."""
+    listing = schedules.list(
+        filters.prefix,
+        after=after,
+        limit=filters.per,
+        job=filters.job or None,
+        paused=filters.paused,
+    )
+    return ScheduleList(fleet(admin), listing.schedules, listing.next_after)
+
+
+def read_schedule(admin: Admin, schedules: Schedules, key: str) -> SchedulePage | None:
+    """A schedule and its recent periods; a deleted one still, for the runs it left."""
+    found = schedules.get(key)
+    if found is None:
+        # The first deleted key at or after `key` within its own prefix is `key` itself.
+        deleted = schedules.list(key, limit=1, deleted=True).schedules
+        found = deleted[0] if deleted and deleted[0].key == key else None
+    if found is None:
+        return None
+    header = fleet(admin)
+    runs = queries.list_runs(admin.database, jobs=[found.run_job], limit=SCHEDULE_HISTORY)
+    return SchedulePage(
+        fleet=header,
+        schedule=found,
+        state=_schedule_state(found),
+        upcoming=_schedule_upcoming(found),
+        runs=runs,
     )
 
 
@@ -217,6 +289,28 @@ def _taken_state(request: RequestRow, taker: str, header: Fleet) -> str:
         f"taken by {taker}, which stopped answering before it wrote the outcome: another "
         "node takes it again once its hold ends"
     )
+
+
+def _schedule_state(schedule: Schedule) -> str:
+    if schedule.deleted_at is not None:
+        return "deleted"
+    if schedule.paused:
+        return "paused"
+    return "active" if schedule.next_due is not None else "finished"
+
+
+def _schedule_upcoming(schedule: Schedule) -> list[tuple[datetime, datetime]]:
+    """Its next periods from the one due, in UTC and in its time zone; none while paused
+    (a resume fires from then on, not these)."""
+    if schedule.paused or schedule.deleted_at is not None:
+        return []
+    zone = ZoneInfo(schedule.trigger.timezone)
+    found: list[tuple[datetime, datetime]] = []
+    moment = schedule.next_due
+    while moment is not None and len(found) < SCHEDULE_UPCOMING:
+        found.append((moment, moment.astimezone(zone)))
+        moment = schedule.trigger.next_after(moment)
+    return found
 
 
 def _retired(database: Database, jobs: list[JobRow], now: datetime) -> set[str]:

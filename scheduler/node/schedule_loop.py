@@ -84,25 +84,7 @@ class ScheduleLoop(SideThread):
         return min(max(wait, 0.0), idle)
 
     def _plan(self, row: ScheduleRow, now: datetime) -> Fired | None:
-        """What to do with one due schedule, by the pure rules of `scheduler.firing`."""
-        job = self._table.learn(row)
-        if job is None:
-            return None
-        state = firing.State(
-            firing.trigger_from(row.trigger_columns), row.next_due_at, firing.owed_from(row.owed)
-        )
-        decided = firing.fire(state, now, job.policy)
-        assert decided.state is not None
-        lease = job.policy.lease.total_seconds()
-        limit = job.policy.overlap.limit
-        return Fired(
-            due=[Due(job.name, period, lease, limit, origin) for period, origin in decided.run],
-            recorded=[Entry(period, RunStatus.SKIPPED, reason) for period, reason in decided.skip]
-            + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in decided.missed],
-            lease_seconds=lease,
-            next_due_at=decided.state.next_due,
-            owed=firing.owed_text(decided.state.owed),
-        )
+        return plan(self._table, row, now)
 
     def _dispatch(self, done: stored.Pass) -> None:
         result = done.result
@@ -129,3 +111,26 @@ class ScheduleLoop(SideThread):
         metrics.record_claims(len(result.won) + len(result.skipped), result.won, result.skipped)
         for claim in result.won:
             self._dispatcher.submit(claim)
+
+
+def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
+    """What a pass does with one due schedule, by the pure rules of `scheduler.firing`;
+    None if this node does not run its job."""
+    job = table.learn(row)
+    if job is None:
+        return None
+    state = firing.State(
+        firing.trigger_from(row.trigger_columns), row.next_due_at, firing.owed_from(row.owed)
+    )
+    decided = firing.fire(state, now, job.policy)
+    assert decided.state is not None
+    lease = job.policy.lease.total_seconds()
+    limit = job.policy.overlap.limit
+    return Fired(
+        due=[Due(job.name, period, lease, limit, origin) for period, origin in decided.run],
+        recorded=[Entry(period, RunStatus.SKIPPED, reason) for period, reason in decided.skip]
+        + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in decided.missed],
+        lease_seconds=lease,
+        next_due_at=decided.state.next_due,
+        owed=firing.owed_text(decided.state.owed),
+    )

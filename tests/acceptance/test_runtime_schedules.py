@@ -1,0 +1,160 @@
+"""Schedules created at run time, with real nodes: every live node sees a change within
+a second, each period runs once across the nodes, a schedule created in a rolled-back
+transaction never fires, and a deleted (or paused) schedule fires nothing after its
+change commits."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from scheduler.schedules import Schedules
+from scheduler.store import schedules as stored
+from scheduler.store.database import open_database
+from tests.acceptance.processes import Node, start_node, when
+
+pytestmark = pytest.mark.slow
+
+TENANTS = 12
+
+
+def _executions(path: Path) -> list[dict[str, Any]]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines]
+
+
+def _clock(url: str) -> datetime:
+    database = open_database(url)
+    try:
+        with database.transaction() as connection:
+            return stored.clock(connection)
+    finally:
+        database.dispose()
+
+
+def _started(nodes: list[Node]) -> dict[tuple[str, str], float]:
+    """When each period's run started, by the node's log: (job, period) → epoch seconds."""
+    found: dict[tuple[str, str], float] = {}
+    for node in nodes:
+        for event in node.events():
+            if event.get("event") == "run_started" and str(event.get("job", "")).startswith("@"):
+                found[(event["job"], event["period"])] = when(event)
+    return found
+
+
+def _fleet(tmp_path: Path, database_url: str, count: int) -> tuple[list[Node], Path]:
+    log = tmp_path / "executions.jsonl"
+    nodes = [
+        start_node(tmp_path, f"node{n}", database_url, "tenants", EXECUTION_LOG=str(log))
+        for n in range(count)
+    ]
+    for node in nodes:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+    return nodes, log
+
+
+def _app_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def _check_fleet(tmp_path: Path, database_url: str, count: int) -> None:
+    nodes, log = _fleet(tmp_path, database_url, count)
+    schedules = Schedules(database_url)
+    try:
+        for tenant in range(TENANTS):
+            schedules.create(
+                f"tenant-{tenant}:tick", "tenant_report", every=1, args={"tenant": tenant}
+            )
+        # One created in the application's transaction, rolled back: it never fires.
+        engine = create_engine(_app_url(database_url))
+        with engine.connect() as connection:
+            transaction = connection.begin()
+            connection.execute(text("CREATE TABLE IF NOT EXISTS app_tenants (id INTEGER)"))
+            connection.execute(text("INSERT INTO app_tenants VALUES (99)"))
+            schedules.create(
+                "tenant-99:tick",
+                "tenant_report",
+                every=1,
+                args={"tenant": 99},
+                connection=connection,
+            )
+            transaction.rollback()
+        engine.dispose()
+        time.sleep(4)
+        changed = schedules.change("tenant-0:tick", args={"tenant": 0, "note": "changed"})
+        paused = schedules.pause("tenant-1:tick")
+        assert schedules.delete("tenant-2:tick")
+        deleted_at = _clock(database_url)
+        time.sleep(4)
+        resumed = schedules.resume("tenant-1:tick")
+        time.sleep(3)
+    finally:
+        schedules.close()
+        codes = [node.stop() for node in nodes]
+    assert codes == [0] * count, [node.log_path.read_text()[-2000:] for node in nodes]
+    for node in nodes:
+        assert "Traceback" not in node.log_path.read_text()
+
+    ran = _executions(log)
+    once = Counter((line["schedule"], line["period"]) for line in ran)
+    assert [pair for pair, times in once.items() if times > 1] == [], "a period ran twice"
+    assert "tenant-99:tick" not in {line["schedule"] for line in ran}
+    by_schedule: dict[str, list[datetime]] = {}
+    for line in ran:
+        by_schedule.setdefault(line["schedule"], []).append(datetime.fromisoformat(line["period"]))
+    for tenant in range(3, TENANTS):
+        periods = sorted(by_schedule[f"tenant-{tenant}:tick"])
+        span = int((periods[-1] - periods[0]).total_seconds()) + 1
+        assert len(periods) == span, f"tenant-{tenant}: a period between first and last is missing"
+        assert len(periods) >= 9
+    # A change reaches the nodes within a second: every period from a second after it
+    # carries the new arguments.
+    after_change = [
+        line
+        for line in ran
+        if line["schedule"] == "tenant-0:tick"
+        and datetime.fromisoformat(line["period"]) >= changed.updated_at + timedelta(seconds=1)
+    ]
+    assert after_change
+    assert {line["note"] for line in after_change} == {"changed"}
+    # Nothing of a deleted schedule runs after its deletion; nothing of a paused one
+    # between its pause and resume; it fires again within a second of the resume.
+    deleted = [
+        datetime.fromisoformat(line["period"])
+        for line in ran
+        if line["schedule"] == "tenant-2:tick"
+    ]
+    assert deleted
+    assert max(deleted) <= deleted_at
+    tenant1 = sorted(by_schedule["tenant-1:tick"])
+    assert paused.updated_at is not None
+    assert not [p for p in tenant1 if paused.updated_at < p <= resumed.updated_at]
+    assert next(p for p in tenant1 if p > resumed.updated_at) <= resumed.updated_at + timedelta(
+        seconds=1
+    )
+    # Each period started within a second of its instant: the fleet heard of each new
+    # schedule at once.
+    started = _started(nodes)
+    late = {
+        key: round(at - datetime.fromisoformat(key[1]).timestamp(), 3)
+        for key, at in started.items()
+        if at - datetime.fromisoformat(key[1]).timestamp() > 1.0
+    }
+    assert late == {}
+    if count > 1:
+        assert len({line["node"] for line in ran}) == count, "every node fired some"
+
+
+def test_two_nodes_on_postgres(tmp_path: Path, postgres_url: str) -> None:
+    _check_fleet(tmp_path, postgres_url, count=2)
+
+
+def test_two_nodes_on_one_sqlite_file(tmp_path: Path, sqlite_url: str) -> None:
+    _check_fleet(tmp_path, sqlite_url, count=2)

@@ -1,0 +1,277 @@
+"""Schedules created at run time on real databases: the application's transaction,
+the fire pass (each period claimed once, however many nodes pass at once), deletion,
+listing, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine, text
+
+from scheduler.errors import ScheduleDefinitionError
+from scheduler.node.registration import register
+from scheduler.node.schedule_loop import plan
+from scheduler.run.job_table import JobTable
+from scheduler.schedules import ScheduleExistsError, Schedules
+from scheduler.store import schedules as stored
+from scheduler.store.database import Database, open_database
+from tests.acceptance.jobmods.tenants import tenant_report
+from tests.sql import rows as table_rows
+
+JOBS = {"tenant_report": tenant_report}
+
+
+@pytest.fixture
+def schedules(database: Database) -> Schedules:
+    register(database, JOBS)
+    return Schedules(database)
+
+
+def _now(database: Database) -> datetime:
+    with database.transaction() as connection:
+        return stored.clock(connection)
+
+
+def _pass(database: Database, node: str = "a") -> stored.Pass:
+    table = JobTable(JOBS, database)
+    return stored.fire(database, node, list(JOBS), lambda row, now: plan(table, row, now))
+
+
+def _runs(database: Database) -> list[dict[str, Any]]:
+    return [row for row in table_rows(database, "scheduler_runs") if row["job"].startswith("@")]
+
+
+def _due_from(database: Database, start: datetime) -> None:
+    """As if every schedule had been created before `start` and not fired since."""
+    with database.transaction() as connection:
+        connection.execute("UPDATE scheduler_schedules SET next_due_at = :start", {"start": start})
+
+
+def _app_url(database: Database) -> str:
+    url = database.url.with_password()
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def test_a_create_rolled_back_with_the_application_never_exists_nor_fires(
+    database: Database, schedules: Schedules
+) -> None:
+    engine = create_engine(_app_url(database))
+    start = _now(database) - timedelta(seconds=5)
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        connection.execute(text("CREATE TABLE IF NOT EXISTS app_tenants (id INTEGER PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO app_tenants (id) VALUES (42)"))
+        schedules.create(
+            "tenant-42:report",
+            "tenant_report",
+            every=1,
+            start=start,
+            args={"tenant": 42},
+            connection=connection,
+        )
+        transaction.rollback()
+    assert schedules.get("tenant-42:report") is None
+    assert _pass(database).rows == []
+    assert _runs(database) == []
+    # The same, committed: the tenant and its schedule land together.
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE IF NOT EXISTS app_tenants (id INTEGER PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO app_tenants (id) VALUES (43)"))
+        created = schedules.create(
+            "tenant-43:report",
+            "tenant_report",
+            every=1,
+            start=start,
+            args={"tenant": 43},
+            connection=connection,
+        )
+    engine.dispose()
+    assert schedules.get("tenant-43:report") == created
+    _due_from(database, start)
+    done = _pass(database)
+    assert [row.key for row in done.rows] == ["tenant-43:report"]
+    assert {claim.job for claim in done.result.won} == {"@tenant-43:report"}
+
+
+def test_a_psycopg_connection_joins_the_applications_transaction(
+    postgres_url: str, postgres_schedules: Schedules
+) -> None:
+    schedules = postgres_schedules
+    with psycopg.connect(postgres_url) as connection:
+        schedules.create(
+            "tenant-1:a",
+            "tenant_report",
+            cron="0 9 * * *",
+            connection=connection,
+            args={"tenant": 1},
+        )
+        connection.rollback()
+        assert schedules.get("tenant-1:a") is None
+        schedules.create(
+            "tenant-1:b",
+            "tenant_report",
+            cron="0 9 * * *",
+            connection=connection,
+            args={"tenant": 1},
+        )
+        connection.commit()
+    found = schedules.get("tenant-1:b")
+    assert found is not None
+    assert found.trigger.cron == "0 9 * * *"
+
+
+def test_passes_at_once_claim_every_period_once_and_lose_none(
+    postgres_database: Database, postgres_schedules: Schedules
+) -> None:
+    database, schedules = postgres_database, postgres_schedules
+    start = _now(database).replace(microsecond=0) - timedelta(seconds=20)
+    for n in range(600):
+        schedules.create(
+            f"tenant-{n}:tick", "tenant_report", every=5, start=start, args={"tenant": n}
+        )
+    _due_from(database, start)
+    taken: list[list[str]] = []
+    lock = threading.Lock()
+
+    def passes(node: str) -> None:
+        while True:
+            done = _pass(database, node)
+            with lock:
+                taken.append([row.key for row in done.rows])
+            if not done.rows:
+                return
+
+    threads = [threading.Thread(target=passes, args=(f"node-{n}",)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    keys = Counter(key for batch in taken for key in batch)
+    # Each row was taken by one pass (SKIP LOCKED): no node waited on another's rows.
+    assert set(keys) == {f"tenant-{n}:tick" for n in range(600)}
+    assert set(keys.values()) == {1}
+    runs = _runs(database)
+    assert len({(run["job"], run["period"]) for run in runs}) == len(runs)
+    per_schedule = Counter(run["job"] for run in runs)
+    # start, +5 … +20: five periods each, none missing, none twice.
+    assert set(per_schedule.values()) == {5}
+    rows = {row["key"]: row for row in table_rows(database, "scheduler_schedules")}
+    assert {row["next_due_at"] for row in rows.values()} == {start + timedelta(seconds=25)}
+
+
+def test_a_schedule_being_deleted_is_passed_over_and_fires_nothing_once_deleted(
+    postgres_database: Database, postgres_schedules: Schedules, postgres_url: str
+) -> None:
+    database, schedules = postgres_database, postgres_schedules
+    start = _now(database).replace(microsecond=0) - timedelta(seconds=2)
+    schedules.create("tenant-7:tick", "tenant_report", every=1, start=start, args={"tenant": 7})
+    _due_from(database, start)
+    with psycopg.connect(postgres_url) as connection:
+        assert schedules.delete("tenant-7:tick", connection=connection)
+        # The deletion holds the row until it commits: a pass meanwhile skips it.
+        assert _pass(database).rows == []
+        connection.commit()
+    assert _pass(database).rows == []
+    assert _runs(database) == []
+    assert schedules.get("tenant-7:tick") is None
+    assert schedules.list(deleted=True).schedules[0].key == "tenant-7:tick"
+
+
+def test_a_deleted_schedule_keeps_the_periods_it_claimed_and_its_key_can_be_taken_again(
+    database: Database, schedules: Schedules
+) -> None:
+    start = _now(database).replace(microsecond=0) - timedelta(seconds=3)
+    schedules.create("t:k", "tenant_report", every=1, start=start, args={"tenant": 1})
+    _due_from(database, start)
+    claimed = _pass(database).result.won
+    assert claimed
+    assert schedules.delete("t:k")
+    assert not schedules.delete("t:k")
+    assert _pass(database).rows == []
+    again = schedules.create("t:k", "tenant_report", every=1, start=start, args={"tenant": 2})
+    _due_from(database, start)
+    assert again.args == {"tenant": 2}
+    # The periods the first one claimed are not claimed again under the same key.
+    second = _pass(database).result.won
+    assert {claim.period for claim in second}.isdisjoint({claim.period for claim in claimed})
+
+
+def test_a_tenants_schedules_are_one_range_paged_in_key_order(
+    database: Database, schedules: Schedules
+) -> None:
+    for tenant in (4, 42, 420):
+        for name in ("a", "b", "c"):
+            schedules.create(
+                f"tenant-{tenant}:{name}",
+                "tenant_report",
+                cron="0 9 * * *",
+                args={"tenant": tenant},
+            )
+    first = schedules.list("tenant-42:", limit=2)
+    assert [found.key for found in first.schedules] == ["tenant-42:a", "tenant-42:b"]
+    assert first.next_after == "tenant-42:b"
+    rest = schedules.list("tenant-42:", limit=2, after=first.next_after)
+    assert [found.key for found in rest.schedules] == ["tenant-42:c"]
+    assert rest.next_after is None
+    schedules.pause("tenant-4:b")
+    assert [found.key for found in schedules.list(paused=True).schedules] == ["tenant-4:b"]
+    assert len(schedules.list("tenant-", limit=100).schedules) == 9
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"job": "no_such_job", "cron": "0 9 * * *"}, "job"),
+        ({"cron": "0 9 * * *", "args": {"when": datetime.now()}}, "args"),
+        ({"cron": "0 9 * * *", "args": {"not an identifier": 1}}, "args"),
+        ({"cron": "0 9 * * *", "timezone": "Nowhere/Here"}, "timezone"),
+        ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"every": "100ms"}, "every"),
+        ({"at": "2020-01-01T00:00:00Z"}, "at"),
+        ({"cron": "0 9 * * *", "catchup": "sometimes"}, "catchup"),
+    ],
+)
+def test_bad_input_names_the_schedule_and_the_field_and_writes_nothing(
+    database: Database, schedules: Schedules, given: dict[str, Any], field: str
+) -> None:
+    arguments: dict[str, Any] = {"job": "tenant_report", "args": {"tenant": 1}, **given}
+    job = arguments.pop("job")
+    with pytest.raises(ScheduleDefinitionError) as raised:
+        schedules.create("tenant-9:bad", job, **arguments)
+    assert raised.value.field == field
+    assert str(raised.value).startswith(f"schedule 'tenant-9:bad': {field}: ")
+    assert table_rows(database, "scheduler_schedules") == []
+
+
+def test_a_second_create_of_a_live_key_is_refused_and_changes_nothing(
+    database: Database, schedules: Schedules
+) -> None:
+    first = schedules.create("k", "tenant_report", cron="0 9 * * *", args={"tenant": 1})
+    with pytest.raises(ScheduleExistsError, match="schedule 'k': key: "):
+        schedules.create("k", "tenant_report", cron="0 10 * * *", args={"tenant": 2})
+    assert schedules.get("k") == first
+    replaced = schedules.replace("k", "tenant_report", cron="0 10 * * *", args={"tenant": 2})
+    assert (replaced.trigger.cron, replaced.args, replaced.version) == (
+        "0 10 * * *",
+        {"tenant": 2},
+        2,
+    )
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[Database]:
+    opened = open_database(postgres_url)
+    yield opened
+    opened.dispose()
+
+
+@pytest.fixture
+def postgres_schedules(postgres_database: Database) -> Schedules:
+    register(postgres_database, JOBS)
+    return Schedules(postgres_database)
