@@ -180,7 +180,7 @@ class Daemon:
         )
         self._alerts = Alerts(
             database=database,
-            jobs=jobs,
+            jobs=table,
             node_id=node.id,
             stop=self._stop,
             log=self._log,

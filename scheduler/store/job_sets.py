@@ -41,12 +41,24 @@ def record(database: Database, digest: str, jobs: Collection[str]) -> None:
         )
 
 
+SCHEDULES = "scheduler_schedules"
+
+
+def code_job(alias: str) -> str:
+    """SQL: the code-declared job whose function runs the row's job (`alias`): the job
+    itself, or for a schedule created at run time (`@<key>`) the job its row names."""
+    return (
+        f"CASE WHEN {alias}.job LIKE '@%' THEN (SELECT schedule.job FROM {SCHEDULES} AS schedule"
+        f" WHERE schedule.key = substr({alias}.job, 2)) ELSE {alias}.job END"
+    )
+
+
 def member_of(alias: str, digest: str = ":job_set") -> str:
     """SQL: the row `alias` (with a `job` column) is of a job of the set `digest` (SQL: a
-    parameter, or a subquery)."""
+    parameter, or a subquery); a schedule's row, if its job is."""
     return (
         f"EXISTS (SELECT 1 FROM {JOB_SETS} AS member"
-        f" WHERE member.job = {alias}.job AND member.digest = {digest})"
+        f" WHERE member.job = {code_job(alias)} AND member.digest = {digest})"
     )
 
 
@@ -60,10 +72,10 @@ def known_since(alias: str, since: str) -> str:
     `since` (SQL; by a node or a one-shot command), or a node that has not stopped and
     was heard from since then was started with a set that holds it."""
     return f"""(EXISTS (SELECT 1 FROM {JOBS} AS registered
-            WHERE registered.name = {alias}.job AND registered.last_seen >= {since})
+            WHERE registered.name = {code_job(alias)} AND registered.last_seen >= {since})
         OR EXISTS (SELECT 1 FROM {JOB_SETS} AS member
             JOIN {NODES} AS node ON node.jobs_digest = member.digest
-            WHERE member.job = {alias}.job AND node.stopped_at IS NULL
+            WHERE member.job = {code_job(alias)} AND node.stopped_at IS NULL
               AND node.heartbeat_at >= {since}))"""
 
 

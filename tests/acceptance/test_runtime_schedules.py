@@ -158,3 +158,34 @@ def test_two_nodes_on_postgres(tmp_path: Path, postgres_url: str) -> None:
 
 def test_two_nodes_on_one_sqlite_file(tmp_path: Path, sqlite_url: str) -> None:
     _check_fleet(tmp_path, sqlite_url, count=2)
+
+
+def test_a_schedules_failure_reaches_its_jobs_hook_once(tmp_path: Path, postgres_url: str) -> None:
+    heard_log = tmp_path / "heard.jsonl"
+    nodes = [
+        start_node(
+            tmp_path,
+            f"node{n}",
+            postgres_url,
+            "tenants",
+            EXECUTION_LOG=str(tmp_path / "x.jsonl"),
+            HEARD_LOG=str(heard_log),
+        )
+        for n in range(2)
+    ]
+    try:
+        for node in nodes:
+            node.wait_for(lambda event: event.get("event") == "node_started")
+        with Schedules(postgres_url) as schedules:
+            at = _clock(postgres_url) + timedelta(seconds=1)
+            schedules.create("tenant-5:flaky", "tenant_flaky", at=at, args={"fail": True})
+            schedules.create("tenant-6:flaky", "tenant_flaky", at=at, args={"fail": False})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not heard_log.exists():
+            time.sleep(0.2)
+        time.sleep(2)
+    finally:
+        codes = [node.stop() for node in nodes]
+    assert codes == [0, 0]
+    heard = [json.loads(line) for line in heard_log.read_text().splitlines()]
+    assert [(line["kind"], line["job"]) for line in heard] == [("failed", "@tenant-5:flaky")]

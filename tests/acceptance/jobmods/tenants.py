@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from scheduler import RunContext, job
+from scheduler import Event, RunContext, job
 
 
 # A template: no schedule of its own; the tests give it schedules at run time.
@@ -23,3 +23,18 @@ def tenant_report(ctx: RunContext, tenant: int, note: str = "") -> None:
     }
     with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
         log.write(json.dumps(line) + "\n")
+
+
+def heard(event: Event) -> None:
+    """Writes down each alert event a schedule's run gave rise to (HEARD_LOG)."""
+    with Path(os.environ["HEARD_LOG"]).open("a") as log:
+        log.write(json.dumps({"kind": event.kind.value, "job": event.job, "key": event.key}))
+        log.write("\n")
+
+
+# A template whose runs fail when the schedule says so: its hooks hear the schedule's
+# events, as they hear a code-declared job's.
+@job(cron=None, name="tenant_flaky", on={"failed": heard})
+def tenant_flaky(ctx: RunContext, *, fail: bool) -> None:
+    if fail:
+        raise RuntimeError(f"{ctx.schedule} failed as told")
