@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -123,6 +124,24 @@ class Listing:
 _UNSET: Any = object()
 
 
+@dataclass(frozen=True)
+class Spec:
+    """One schedule to create, as `create` takes it: for `create_many`."""
+
+    key: str
+    job: str | Job
+    cron: str | None = None
+    every: Duration | None = None
+    start: datetime | str | None = None
+    at: datetime | str | None = None
+    timezone: str = "UTC"
+    args: dict[str, Any] | None = None
+    catchup: str | None = None
+    catchup_window: Duration | None = None
+    catchup_limit: int | None = None
+    paused: bool = False
+
+
 class Schedules:
     """Create, change, pause, resume, delete and read schedules. Every change takes
     `connection=` (the application's SQLAlchemy Connection or Session, psycopg or
@@ -191,6 +210,73 @@ class Schedules:
             connection=connection,
             replace=False,
         )
+
+    def create_many(self, specs: Iterable[Spec], *, connection: object | None = None) -> int:
+        """Create many schedules at once (a tenant import, a migration from another
+        scheduler): every one is checked first, and then all are written in one
+        transaction, or none (`ScheduleExistsError` names the keys already live)."""
+        checked: list[tuple[Spec, str, str, tuple[str | None, float | None, int | None]]] = []
+        seen: set[str] = set()
+        for spec in specs:
+            key = _check_key(spec.key)
+            if key in seen:
+                raise ScheduleExistsError(f"schedule {key!r}: key: given twice")
+            seen.add(key)
+            name = spec.job.name if isinstance(spec.job, Job) else _check_job_name(key, spec.job)
+            policy = _overrides(key, spec.catchup, spec.catchup_window, spec.catchup_limit)
+            checked.append((spec, name, _check_args(key, spec.args or {}), policy))
+        if not checked:
+            return 0
+        with rows.within(self._database, connection) as conn:
+            now = rows.clock(conn)
+            local = {spec.job.name for spec, *_ in checked if isinstance(spec.job, Job)}
+            named = {name for _, name, *_ in checked} - local
+            unknown = named - rows.known_jobs(conn, named)
+            new = []
+            for spec, name, arguments, policy in checked:
+                if name in unknown:
+                    raise ScheduleDefinitionError(
+                        spec.key, "job", f"no node has registered a job {name!r}"
+                    )
+                trigger = self._trigger(spec, policy, now)
+                new.append(
+                    _new_row(
+                        spec.key,
+                        name,
+                        trigger,
+                        arguments=arguments,
+                        policy=policy,
+                        paused=spec.paused,
+                        now=now,
+                    )
+                )
+            taken = rows.insert_many(conn, new)
+            if taken:
+                shown = ", ".join(repr(key) for key in taken[:5])
+                more = f" and {len(taken) - 5} more" if len(taken) > 5 else ""
+                raise ScheduleExistsError(
+                    f"schedule {taken[0]!r}: key: taken already ({shown}{more}); none was written"
+                )
+            return len(new)
+
+    @staticmethod
+    def _trigger(
+        spec: Spec, policy: tuple[str | None, float | None, int | None], now: datetime
+    ) -> Trigger:
+        trigger = parse_trigger(
+            spec.key,
+            cron=spec.cron,
+            every=spec.every,
+            start=_given(spec.start),
+            at=_given(spec.at),
+            timezone=spec.timezone,
+            now=now,
+        )
+        if trigger.at is not None and trigger.at < now - _window(policy):
+            raise ScheduleDefinitionError(
+                spec.key, "at", f"{trigger.at.isoformat()} is past the catch-up window"
+            )
+        return trigger
 
     def replace(
         self,
@@ -400,19 +486,8 @@ class Schedules:
         policy = _overrides(key, catchup, catchup_window, catchup_limit)
         with rows.within(self._database, connection) as conn:
             now = rows.clock(conn)
-            trigger = parse_trigger(
-                key,
-                cron=cron,
-                every=every,
-                start=_given(start),
-                at=_given(at),
-                timezone=timezone,
-                now=now,
-            )
-            if trigger.at is not None and trigger.at < now - _window(policy):
-                raise ScheduleDefinitionError(
-                    key, "at", f"{trigger.at.isoformat()} is past the catch-up window"
-                )
+            spec = Spec(key, name, cron, every, start, at, timezone)
+            trigger = self._trigger(spec, policy, now)
             if not local and not rows.job_known(conn, name):
                 raise ScheduleDefinitionError(
                     key,
@@ -432,28 +507,11 @@ class Schedules:
                     new = _replace_row(new, paused=True, paused_at=now)
                 _write(conn, new, row.version)
                 return _schedule(new)
-            state = firing.start(trigger, now)
-            new = ScheduleRow(
-                key=key,
-                job=name,
-                **firing.trigger_columns(trigger),
-                args=arguments,
-                catchup=policy[0],
-                catchup_window_seconds=policy[1],
-                catchup_limit=policy[2],
-                paused=paused,
-                paused_at=now if paused else None,
-                next_due_at=state.next_due,
-                owed=None,
-                version=(row.version + 1) if row is not None else 1,
-                created_at=now,
-                updated_at=now,
-                fired_at=None,
-                fired_by=None,
-                deleted_at=None,
+            new = _new_row(
+                key, name, trigger, arguments=arguments, policy=policy, paused=paused, now=now
             )
             if row is not None:  # a deleted one's key, taken again
-                _write(conn, _replace_row(new, created_at=row.created_at), row.version)
+                _write(conn, _replace_row(new, version=row.version + 1), row.version)
             elif not rows.insert(conn, new):
                 raise ScheduleExistsError(f"schedule {key!r}: key: a schedule with this key exists")
             return _schedule(new)
@@ -500,6 +558,37 @@ class Schedules:
 
 
 # -- helpers --------------------------------------------------------------------------
+
+
+def _new_row(
+    key: str,
+    job: str,
+    trigger: Trigger,
+    *,
+    arguments: str,
+    policy: tuple[str | None, float | None, int | None],
+    paused: bool,
+    now: datetime,
+) -> ScheduleRow:
+    return ScheduleRow(
+        key=key,
+        job=job,
+        **firing.trigger_columns(trigger),
+        args=arguments,
+        catchup=policy[0],
+        catchup_window_seconds=policy[1],
+        catchup_limit=policy[2],
+        paused=paused,
+        paused_at=now if paused else None,
+        next_due_at=firing.start(trigger, now).next_due,
+        owed=None,
+        version=1,
+        created_at=now,
+        updated_at=now,
+        fired_at=None,
+        fired_by=None,
+        deleted_at=None,
+    )
 
 
 def _write(conn: Any, row: ScheduleRow, seen: int) -> None:

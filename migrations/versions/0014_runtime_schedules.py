@@ -53,14 +53,12 @@ def upgrade() -> None:
     op.create_index(
         "ix_scheduler_schedules_due",
         "scheduler_schedules",
-        ["next_due_at"],
+        ["job", "next_due_at"],
         postgresql_where=sa.text(_DUE),
         sqlite_where=sa.text(_DUE),
     )
-    op.create_index(op.f("ix_scheduler_schedules_job"), "scheduler_schedules", ["job"])
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_scheduler_schedules_job"), table_name="scheduler_schedules")
     op.drop_index("ix_scheduler_schedules_due", table_name="scheduler_schedules")
     op.drop_table("scheduler_schedules")

@@ -13,6 +13,7 @@ from scheduler import retirement
 from scheduler.admin import Admin, RunDetail
 from scheduler.check import Finding, alive, is_lingering, lingering
 from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
+from scheduler.durations import format_duration
 from scheduler.model import ONE_SHOT, JobRow
 from scheduler.schedules import Schedule, Schedules
 from scheduler.store import checkpoints, overview, queries
@@ -112,8 +113,11 @@ class SchedulePage:
     # active, paused, finished (a one-off that fired) or deleted.
     state: str
     upcoming: list[tuple[datetime, datetime]]
+    catchup: str
     # Its recent periods: the runs of `@<key>`, newest first.
     runs: list[RunRow]
+    # At most this many are read: the page says where to find the older ones.
+    history: int = SCHEDULE_HISTORY
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ def read_schedule(admin: Admin, schedules: Schedules, key: str) -> SchedulePage 
         schedule=found,
         state=_schedule_state(found),
         upcoming=_schedule_upcoming(found),
+        catchup=_catchup_text(found),
         runs=runs,
     )
 
@@ -311,6 +316,19 @@ def _schedule_upcoming(schedule: Schedule) -> list[tuple[datetime, datetime]]:
         found.append((moment, moment.astimezone(zone)))
         moment = schedule.trigger.next_after(moment)
     return found
+
+
+def _catchup_text(schedule: Schedule) -> str:
+    """Its own catch-up policy where it has one; the job's (`@job`) for the rest."""
+    window, limit = schedule.catchup_window, schedule.catchup_limit
+    own = [
+        *([schedule.catchup] if schedule.catchup is not None else []),
+        *([f"window {format_duration(window)}"] if window is not None else []),
+        *([f"at most {limit} periods"] if limit is not None else []),
+    ]
+    if not own:
+        return "the job's"
+    return ", ".join(own) + ("" if len(own) == 3 else "; the job's for the rest")
 
 
 def _retired(database: Database, jobs: list[JobRow], now: datetime) -> set[str]:

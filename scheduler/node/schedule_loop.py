@@ -31,6 +31,12 @@ from scheduler.supervision import SideThread
 POLL_S = 1.0
 # With them: how often to look all the same, in case one was missed.
 SWEEP_S = 30.0
+# Runs a node holds at most before it fires more: due rows it leaves stay due for the
+# other nodes (whose passes skip nothing it locks) or for its next pass, so a peak of
+# 100,000 schedules spreads over the fleet instead of piling up in one node's memory.
+IN_HAND_MAX = 2000
+# How soon to look again when this node had its hands full.
+FULL_S = 0.05
 
 
 class ScheduleLoop(SideThread):
@@ -65,15 +71,19 @@ class ScheduleLoop(SideThread):
         idle = POLL_S if self._wakeups is None or not self._wakeups.listening else SWEEP_S
         try:
             while not self._stopping.is_set():
+                room = IN_HAND_MAX - self._dispatcher.in_hand()
+                if room <= 0:
+                    return FULL_S
                 done = stored.fire(
                     self._database,
                     self._node_id,
                     self._jobs,
                     self._plan,
+                    limit=min(room, stored.ROWS_PER_PASS),
                     returned=self._dispatcher.returned(),
                 )
                 self._dispatch(done)
-                if len(done.rows) < stored.ROWS_PER_PASS:
+                if len(done.rows) < min(room, stored.ROWS_PER_PASS):
                     break
             wait = stored.seconds_until_due(self._database, self._jobs)
         except StoreError as error:

@@ -528,6 +528,11 @@ class Dispatcher:
         with self._lock:
             return [a.claim.id for a in self._active.values() if a.phase is Phase.RECORDING]
 
+    def in_hand(self) -> int:
+        """How many runs this node holds now, from claim to settled outcome."""
+        with self._lock:
+            return len(self._active)
+
     def held(self) -> list[Claim]:
         with self._lock:
             return [active.claim for active in self._active.values()]

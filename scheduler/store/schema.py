@@ -360,7 +360,7 @@ schedules = Table(
     # A deleted schedule fires nothing more; the row stays until retention, so that the
     # periods it claimed before its deletion still find their job and arguments.
     Column("deleted_at", UTCDateTime()),
-    # Only due rows are indexed: a million schedules cost the fire pass one range.
-    Index("ix_scheduler_schedules_due", "next_due_at", **_DUE_ONLY),
-    Index(None, "job"),
+    # Only rows that will fire are indexed, by job: a node's pass reads the range of its
+    # jobs' rows due now, and its wait the first row of each job (`store.schedules`).
+    Index("ix_scheduler_schedules_due", "job", "next_due_at", **_DUE_ONLY),
 )
