@@ -34,6 +34,7 @@ from scheduler.celery.executor import TASK_NAME
 from scheduler.errors import UserError
 from scheduler.logs import LogFormat
 from scheduler.registry import load_jobs
+from scheduler.run.job_table import JobTable
 from scheduler.run.delivered import WorkerRuns
 from scheduler.store.database import open_database
 
@@ -67,7 +68,9 @@ class _Process:
                 database = open_database(self._database_url, connections=self._connections)
                 jobs = load_jobs(self._jobs)
                 observers = alerting_environment.observers(os.environ)
-                self._runs = WorkerRuns(database, jobs, hostname, log, observers)
+                # Its jobs, and the schedules created at run time over them (`@<key>`).
+                table = JobTable(jobs, database)
+                self._runs = WorkerRuns(database, table, hostname, log, observers)
                 self._pid = os.getpid()
                 log.info("worker_ready", jobs=len(jobs), pid=self._pid)
             return self._runs

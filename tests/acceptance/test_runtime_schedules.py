@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from scheduler.schedules import Schedules
 from scheduler.store import schedules as stored
 from scheduler.store.database import open_database
+from tests.acceptance.celery_workers import REDIS_URL, celery_env, start_worker
 from tests.acceptance.processes import Node, start_node, when
 
 pytestmark = pytest.mark.slow
@@ -189,3 +190,38 @@ def test_a_schedules_failure_reaches_its_jobs_hook_once(tmp_path: Path, postgres
     assert codes == [0, 0]
     heard = [json.loads(line) for line in heard_log.read_text().splitlines()]
     assert [(line["kind"], line["job"]) for line in heard] == [("failed", "@tenant-5:flaky")]
+
+
+def test_a_schedules_periods_run_once_on_celery_workers(tmp_path: Path, postgres_url: str) -> None:
+    # The module's every-second job fires once a year here: only the schedules run.
+    env = celery_env(tmp_path, postgres_url, f"{REDIS_URL}/13") | {"CELERY_TEST_CRON": "0 0 1 1 *"}
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
+    node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
+    try:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+        with Schedules(postgres_url) as schedules:
+            for tenant in (1, 2):
+                schedules.create(
+                    f"tenant-{tenant}:remote", "remote_tenant", every=1, args={"tenant": tenant}
+                )
+        time.sleep(6)
+    finally:
+        assert node.stop() == 0, node.log_path.read_text()[-3000:]
+        time.sleep(1)
+        worker.stop()
+    lines = [line.split() for line in Path(env["EXECUTION_LOG"]).read_text().splitlines()]
+    ran = Counter((schedule, period) for period, _, _, schedule, _ in lines)
+    assert [pair for pair, times in ran.items() if times > 1] == []
+    assert {(schedule, tenant) for _, _, _, schedule, tenant in lines} == {
+        ("tenant-1:remote", "1"),
+        ("tenant-2:remote", "2"),
+    }
+    assert all(holder.startswith("w1@") for _, holder, *_ in lines)
+    for tenant in (1, 2):
+        periods = sorted(
+            datetime.fromisoformat(period)
+            for period, _, _, schedule, _ in lines
+            if schedule == f"tenant-{tenant}:remote"
+        )
+        assert len(periods) >= 4
+        assert len(periods) == int((periods[-1] - periods[0]).total_seconds()) + 1

@@ -75,3 +75,15 @@ def remote_tick(ctx: RunContext) -> None:
     if ctx.cancelled.is_set():
         return
     _evidence(ctx)
+
+
+@job(
+    cron=None,
+    name="remote_tenant",
+    lease=LEASE,
+    executor=celery(app=app, queue=QUEUE, deadline=DEADLINE),
+)
+def remote_tenant(ctx: RunContext, *, tenant: int) -> None:
+    """A template run on the workers: each schedule created at run time gives it a tenant."""
+    with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
+        log.write(f"{ctx.period.isoformat()} {ctx.node} {ctx.attempt} {ctx.schedule} {tenant}\n")
