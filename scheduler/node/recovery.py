@@ -83,7 +83,6 @@ class Recovery(SideThread):
         self._database = database
         self._dispatcher = dispatcher
         self._jobs = jobs
-        self._names = frozenset(jobs)
         self._node_id = node_id
         self._interval = interval
         self._peers = peers
@@ -185,7 +184,8 @@ class Recovery(SideThread):
 
     def recover_once(self) -> int:
         """One batch: retake each stale run this node may take; return how many were found."""
-        stale = takeover.find_stale(self._database, self._names, BATCH)
+        # The jobs themselves: a schedule's run (`@<key>`) is found by its row.
+        stale = takeover.find_stale(self._database, self._jobs, BATCH)
         for run in stale:
             self._recover(run)
         return len(stale)

@@ -6,6 +6,7 @@ change commits."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from scheduler.store import schedules as stored
 from scheduler.store.database import open_database
 from tests.acceptance.celery_workers import REDIS_URL, celery_env, start_worker
 from tests.acceptance.processes import Node, start_node, when
+from tests.sql import rows
 
 pytestmark = pytest.mark.slow
 
@@ -225,3 +227,53 @@ def test_a_schedules_periods_run_once_on_celery_workers(tmp_path: Path, postgres
         )
         assert len(periods) >= 4
         assert len(periods) == int((periods[-1] - periods[0]).total_seconds()) + 1
+
+
+def test_a_schedules_run_whose_node_is_killed_is_retaken_by_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    nodes, log = _fleet(tmp_path, postgres_url, 2)
+    try:
+        time.sleep(3)  # every node knows its peers: a death is seen at once
+        with Schedules(postgres_url) as schedules:
+            at = _clock(postgres_url) + timedelta(seconds=1)
+            schedules.create("tenant-8:slow", "tenant_slow", at=at, args={"tenant": 8})
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not _executions(log):
+            time.sleep(0.1)
+        (first,) = _executions(log)
+        holder = next(
+            node
+            for node in nodes
+            if any(
+                event.get("event") == "run_started" and event.get("job") == "@tenant-8:slow"
+                for event in node.events()
+            )
+        )
+        assert first["attempt"] == 1
+        holder.process.send_signal(signal.SIGKILL)
+        holder.process.wait()
+        killed_at = time.monotonic()
+        while time.monotonic() < killed_at + 20 and len(_executions(log)) < 2:
+            time.sleep(0.1)
+        retaken_after = time.monotonic() - killed_at
+        time.sleep(1)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.stop()
+    ran = _executions(log)
+    assert [line["attempt"] for line in ran] == [1, 2]
+    assert ran[1]["node"] != ran[0]["node"]
+    # Well within the 6 s lease: the fast path (the dead node's lock), as for any job.
+    assert retaken_after < 4.5, retaken_after
+    (row,) = [row for row in _run_rows(postgres_url) if row["job"] == "@tenant-8:slow"]
+    assert (row["status"], row["attempt"]) == ("succeeded", 2)
+
+
+def _run_rows(url: str) -> list[dict[str, Any]]:
+    database = open_database(url)
+    try:
+        return rows(database, "scheduler_runs")
+    finally:
+        database.dispose()

@@ -38,3 +38,14 @@ def heard(event: Event) -> None:
 def tenant_flaky(ctx: RunContext, *, fail: bool) -> None:
     if fail:
         raise RuntimeError(f"{ctx.schedule} failed as told")
+
+
+@job(cron=None, name="tenant_slow", lease="6s")
+def tenant_slow(ctx: RunContext, *, tenant: int) -> None:
+    """Its first attempt runs a minute (long enough to kill its node inside it); a later
+    attempt returns at once."""
+    with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
+        log.write(json.dumps({"schedule": ctx.schedule, "attempt": ctx.attempt, "node": ctx.node}))
+        log.write("\n")
+    if ctx.attempt == 1:
+        ctx.cancelled.wait(60)
