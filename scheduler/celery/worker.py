@@ -34,8 +34,8 @@ from scheduler.celery.executor import TASK_NAME
 from scheduler.errors import UserError
 from scheduler.logs import LogFormat
 from scheduler.registry import load_jobs
-from scheduler.run.job_table import JobTable
 from scheduler.run.delivered import WorkerRuns
+from scheduler.run.job_table import JobTable
 from scheduler.store.database import open_database
 
 DATABASE_VARIABLE = "SCHEDULER_DATABASE_URL"

@@ -167,6 +167,7 @@ def prune(older_than: str, dry_run: bool, database_url: str, as_json: bool) -> N
         "items": result.items,
         "stuck_items_kept": result.stuck_kept,
         "events": result.events,
+        "schedules": result.schedules,
     }
     emit(as_json, record, prune_text)
 
@@ -179,6 +180,8 @@ def prune_text(record: dict[str, Any]) -> str:
     )
     if record.get("events"):
         text += f", and {record['events']} settled alert events"
+    if record.get("schedules"):
+        text += f", and {record['schedules']} schedules deleted before then"
     if record["stuck_items_kept"]:
         text += (
             f"; kept {record['stuck_items_kept']} items claimed before then and never done "

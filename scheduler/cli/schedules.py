@@ -331,7 +331,9 @@ def _whole(key: str, field: str, text: str | None) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise ScheduleDefinitionError(key, field, f"must be a whole number, got {text!r}") from None
+        raise ScheduleDefinitionError(
+            key, field, f"must be a whole number ≥ 1, got {text!r}"
+        ) from None
 
 
 def _state(record: dict[str, Any]) -> str:

@@ -61,7 +61,7 @@ class Pruner(SideThread):
         except StoreError as error:
             self._log.warning("prune_failed", error=error.message)
             return
-        if result.runs or result.items or result.events:
+        if result.runs or result.items or result.events or result.schedules:
             self._log.info(
                 "history_pruned",
                 cutoff=cutoff.isoformat(),
@@ -70,6 +70,7 @@ class Pruner(SideThread):
                 items=result.items,
                 stuck_items_kept=result.stuck_kept,
                 events=result.events,
+                schedules=result.schedules,
             )
 
     def _keep_going(self) -> bool:

@@ -14,7 +14,10 @@ wait long behind a prune. What is deleted, and what never is:
 - an alert event settled (delivered, failed, unrouted) before the cutoff, except that
   of an item still stuck;
 - a job set (`store.job_sets`) last registered before the cutoff that no node heard
-  from since then runs.
+  from since then runs;
+- a schedule created at run time deleted before the cutoff, once it has no run in
+  hand; from then on its runs, newest too, are old runs of nothing: the next prune
+  deletes them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Pruned:
     items: int
     stuck_kept: int
     events: int = 0
+    schedules: int = 0
 
 
 def cutoff_for(database: Database, older_than: timedelta) -> datetime:
@@ -52,12 +56,15 @@ def cutoff_for(database: Database, older_than: timedelta) -> datetime:
     return database.read_clock() - older_than
 
 
+SCHEDULES = "scheduler_schedules"
 # A run older than the cutoff (`:cutoff`) that retention may delete; `run` is the runs
 # table's alias.
 _PRUNABLE_RUN = f"""(run.period < :cutoff
     AND run.status NOT IN ({ACTIVE_SQL}) AND run.retry_at IS NULL
+    AND ((run.job LIKE '@%' AND NOT EXISTS (
+            SELECT 1 FROM {SCHEDULES} AS schedule WHERE schedule.key = substr(run.job, 2)))
     -- Each job keeps its newest run and its newest success.
-    AND EXISTS (SELECT 1 FROM {RUNS} AS newer
+    OR EXISTS (SELECT 1 FROM {RUNS} AS newer
                 WHERE newer.job = run.job AND newer.period > run.period)
     AND (run.status <> 'succeeded'
          OR EXISTS (SELECT 1 FROM {RUNS} AS newer
@@ -66,7 +73,7 @@ _PRUNABLE_RUN = f"""(run.period < :cutoff
     -- Catch-up has moved past it (or the job is not registered to be caught up).
     AND NOT EXISTS (SELECT 1 FROM {JOBS} AS job
                     WHERE job.name = run.job
-                      AND (job.caught_up_to IS NULL OR job.caught_up_to < run.period)))"""
+                      AND (job.caught_up_to IS NULL OR job.caught_up_to < run.period))))"""
 # A done item from before the cutoff whose run is gone; `item` is the items table's alias.
 _PRUNABLE_ITEM = f"""(item.state = 'done' AND item.done_at < :cutoff
     AND NOT EXISTS (SELECT 1 FROM {RUNS} AS run WHERE run.id = item.run_id))"""
@@ -87,7 +94,7 @@ def prune(
     """
     if dry_run:
         return _count(database, cutoff)
-    deleted_runs = deleted_attempts = deleted_items = 0
+    deleted_runs = deleted_attempts = deleted_items = deleted_schedules = 0
     while keep_going():
         found, run_count, attempt_count = _delete_runs(database, cutoff, batch)
         deleted_runs, deleted_attempts = deleted_runs + run_count, deleted_attempts + attempt_count
@@ -104,10 +111,38 @@ def prune(
         deleted_events += count
         if count < batch:
             break
+    while keep_going():
+        count = _delete_schedules(database, cutoff, batch)
+        deleted_schedules += count
+        if count < batch:
+            break
     stuck = _stuck(database, cutoff)
     if keep_going():
         job_sets.prune(database, cutoff)
-    return Pruned(cutoff, deleted_runs, deleted_attempts, deleted_items, stuck, deleted_events)
+    return Pruned(
+        cutoff,
+        deleted_runs,
+        deleted_attempts,
+        deleted_items,
+        stuck,
+        deleted_events,
+        deleted_schedules,
+    )
+
+
+# A schedule deleted before the cutoff whose runs are all out of hand.
+_PRUNABLE_SCHEDULE = f"""(schedule.deleted_at < :cutoff AND NOT EXISTS (
+    SELECT 1 FROM {RUNS} AS run WHERE run.job = '@' || schedule.key AND run.live))"""
+
+
+def _delete_schedules(database: Database, cutoff: datetime, batch: int) -> int:
+    statement = f"""
+        DELETE FROM {SCHEDULES} AS schedule WHERE schedule.key IN (
+            SELECT schedule.key FROM {SCHEDULES} AS schedule WHERE {_PRUNABLE_SCHEDULE}
+            LIMIT :batch) AND {_PRUNABLE_SCHEDULE}
+    """
+    with database.transaction() as connection:
+        return connection.execute(statement, {"cutoff": cutoff, "batch": batch}).rowcount
 
 
 def _delete_runs(database: Database, cutoff: datetime, batch: int) -> tuple[int, int, int]:
@@ -162,8 +197,11 @@ def _count(database: Database, cutoff: datetime) -> Pruned:
                 f"SELECT count(*) FROM {RUNS} AS run WHERE {_PRUNABLE_RUN}",
                 f"SELECT count(*) FROM {ATTEMPTS} WHERE run_id IN ({doomed})",
                 f"SELECT count(*) FROM {ITEMS} AS item WHERE {_PRUNABLE_ITEM}",
+                f"SELECT count(*) FROM {SCHEDULES} AS schedule WHERE {_PRUNABLE_SCHEDULE}",
             )
         ]
     events = alert_events.prune(database, cutoff, 0, dry_run=True)
     stuck = _stuck(database, cutoff)
-    return Pruned(cutoff, int(counts[0]), int(counts[1]), int(counts[2]), stuck, events)
+    return Pruned(
+        cutoff, int(counts[0]), int(counts[1]), int(counts[2]), stuck, events, int(counts[3])
+    )

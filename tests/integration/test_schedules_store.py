@@ -14,11 +14,14 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 
+from scheduler import model
 from scheduler.errors import ScheduleDefinitionError
 from scheduler.node.registration import register
 from scheduler.node.schedule_loop import plan
 from scheduler.run.job_table import JobTable
 from scheduler.schedules import ScheduleExistsError, Schedules
+from scheduler.states import RunStatus
+from scheduler.store import prune, writes
 from scheduler.store import schedules as stored
 from scheduler.store.database import Database, open_database
 from tests.acceptance.jobmods.tenants import tenant_report
@@ -275,3 +278,28 @@ def postgres_database(postgres_url: str) -> Iterator[Database]:
 def postgres_schedules(postgres_database: Database) -> Schedules:
     register(postgres_database, JOBS)
     return Schedules(postgres_database)
+
+
+def test_retention_forgets_a_schedule_deleted_before_the_cutoff_and_then_its_runs(
+    database: Database, schedules: Schedules
+) -> None:
+    start = _now(database).replace(microsecond=0) - timedelta(seconds=3)
+    for key in ("gone", "kept"):
+        schedules.create(key, "tenant_report", every=1, start=start, args={"tenant": 1})
+    _due_from(database, start)
+    won = _pass(database).result.won
+    for claim in won:  # every run over, as if they had run
+        assert writes.start(database, claim) is model.Started.STARTED
+        assert writes.finish(database, claim, RunStatus.SUCCEEDED, 1)
+    assert schedules.delete("gone")
+    cutoff = _now(database) + timedelta(seconds=1)
+    dry = prune.prune(database, cutoff, dry_run=True)
+    assert dry.schedules == 1
+    done = prune.prune(database, cutoff)
+    assert done.schedules == 1
+    # Its runs are old runs of nothing from then on: the next prune takes them.
+    prune.prune(database, cutoff)
+    left = Counter(run["job"] for run in _runs(database))
+    # The live schedule keeps its newest run (and success); the deleted one keeps nothing.
+    assert left == {"@kept": 1}
+    assert [row["key"] for row in table_rows(database, "scheduler_schedules")] == ["kept"]
