@@ -14,6 +14,7 @@ import psycopg
 
 from scheduler.policy import Isolation
 from scheduler.registry import Job
+from scheduler.schedules import Schedule, Schedules
 from tests.soak import jobs as soak_jobs
 from tests.soak.checker import AttemptRow, ItemRow, JobSpec, NodeEvent, RunRow
 from tests.soak.jobs import ITEMS_DDL, ITEMS_JOB, ITEMS_TABLE, NON_COOPERATIVE
@@ -33,12 +34,30 @@ def soak_jobs_defined() -> list[Job]:
     return [value for value in vars(soak_jobs).values() if isinstance(value, Job)]
 
 
-def job_specs(start: float, settle: float) -> dict[str, JobSpec]:
-    """Each job's overlap and isolation, and the periods it owes in [start, settle)."""
+def job_specs(
+    start: float, settle: float, schedules: Sequence[Schedule] = ()
+) -> dict[str, JobSpec]:
+    """Each job's overlap and isolation, and the periods it owes in [start, settle); the
+    schedules created at run time as jobs of their own (`@<key>`), of their template's
+    overlap."""
     low = datetime.fromtimestamp(start, UTC) - timedelta(microseconds=1)
     high = datetime.fromtimestamp(settle, UTC)
     specs = {}
+    templates = {job.name: job for job in soak_jobs_defined()}
+    for schedule in schedules:
+        template = templates[schedule.job]
+        periods = schedule.trigger.periods_between(low, high, 1_000_000)
+        specs[schedule.run_job] = JobSpec(
+            name=schedule.run_job,
+            overlap=template.policy.overlap.value,
+            process=False,
+            due=tuple(p for p in periods if p.timestamp() < settle),
+            non_cooperative=False,
+            items=False,
+        )
     for job in soak_jobs_defined():
+        if job.schedule is None:
+            continue
         due = tuple(p for p in job.schedule.periods_between(low, high) if p.timestamp() < settle)
         specs[job.name] = JobSpec(
             name=job.name,
@@ -60,8 +79,18 @@ def _seconds(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
+def create_schedules(url: str) -> list[Schedule]:
+    """The soak's schedules created at run time (`jobs.SCHEDULES`), once a node has
+    registered their template; straight to the server, not through a node's proxy."""
+    with Schedules(url) as schedules:
+        return [
+            schedules.create(key, soak_jobs.TEMPLATE, every=every, args={"seconds": seconds})
+            for key, (every, seconds) in soak_jobs.SCHEDULES.items()
+        ]
+
+
 def read_tables(url: str) -> tuple[list[RunRow], list[AttemptRow]]:
-    names = [job.name for job in soak_jobs_defined()]
+    names = [job.name for job in soak_jobs_defined()] + [f"@{key}" for key in soak_jobs.SCHEDULES]
     with psycopg.connect(url) as connection:
         runs = connection.execute(
             "SELECT job, period, id, status, reason, origin, attempt, holder, claimed_at,"

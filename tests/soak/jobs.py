@@ -12,6 +12,7 @@ ledger (`tests.soak.ledger`): `start` on entry, then how it left.
 | `soak-queue` | every 2 s | 1.5 s, 5 s every fifth period | queue |
 | `soak-allow` | every 3 s | 4 s: always two at once | allow |
 | `soak-async` | every 2 s | `async def`, 0.5 s | skip |
+| `soak-tenant` | a template: `SCHEDULES` at run time | 0.3 s, polls `ctx.cancelled` | skip |
 
 Every body but `soak-slow` stops when `ctx.cancelled` is set (the child process of
 `soak-process` is killed instead), so that only `soak-slow` can complete after its
@@ -197,6 +198,24 @@ async def coroutine(ctx: RunContext) -> None:
         ledger.note(ctx, ledger.CANCELLED)
         raise
     ledger.note(ctx, ledger.END)
+
+
+@job(cron=None, name="soak-tenant")
+def tenant(ctx: RunContext, *, seconds: float) -> None:
+    """The template of the schedules created at run time (`SCHEDULES`): its runs are the
+    runs of `@<key>`, judged by the same rules as every job's."""
+    _cooperative(ctx, lambda: _wait(ctx, seconds))
+
+
+# The schedules the soak creates once the nodes are up: key → (interval in seconds,
+# the body's seconds). Their periods are start + k·interval.
+SCHEDULES = {
+    "tenant-1:every-second": (1, 0.3),
+    "tenant-2:every-second": (1, 0.3),
+    "tenant-3:every-2s": (2, 0.3),
+    "tenant-4:every-3s": (3, 0.3),
+}
+TEMPLATE = "soak-tenant"
 
 
 # What the checker needs to know of the jobs above, without importing the scheduler's

@@ -22,7 +22,14 @@ import pytest
 
 from tests.postgres_cluster import throwaway_cluster
 from tests.soak.checker import History, check, summary, timeline
-from tests.soak.history import create_items_table, job_specs, read_events, read_items, read_tables
+from tests.soak.history import (
+    create_items_table,
+    create_schedules,
+    job_specs,
+    read_events,
+    read_items,
+    read_tables,
+)
 from tests.soak.injector import Fleet
 from tests.soak.ledger import read
 from tests.soak.plan import SETTLE_S, make_plan
@@ -62,6 +69,7 @@ def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> N
         fleet = Fleet(cluster, tmp_path, ledger_path, plan)
         try:
             fleet.start_all()
+            schedules = create_schedules(cluster.url)
             began = time.monotonic()
             # Judged: the periods due from the first whole second after every node is up...
             window_start = math.ceil(time.time()) + 1.0
@@ -78,7 +86,7 @@ def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> N
             fleet.destroy()
 
     history = History(
-        jobs=job_specs(window_start, settle_start),
+        jobs=job_specs(window_start, settle_start, schedules),
         ledger=read(ledger_path),
         runs=runs,
         attempts=attempts,
