@@ -34,6 +34,7 @@ from scheduler.model import JobRow
 from scheduler.node import repair
 from scheduler.node.repair import Step
 from scheduler.registry import Job
+from scheduler.schedules import Schedules
 from scheduler.states import RunStatus
 from scheduler.store import items as stored_items
 from scheduler.store import jobs as job_rows
@@ -305,6 +306,8 @@ class Admin:
         """What a backfill of the range would do with each period (`backfill --dry-run`),
         from the stored schedule: no job code needed."""
         row = self._job(job)
+        if not row.cron:
+            raise UserError(f"job {job!r}: cron: a template has no periods of its own to backfill")
         first, last = _instant("--from", start), _instant("--to", end)
         return repair.plan_range(
             self.database,
@@ -327,6 +330,11 @@ class Admin:
         return found
 
     # -- helpers --------------------------------------------------------------------
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules created at run time, on this database (`scheduler.schedules`)."""
+        return Schedules(self.database)
 
     def _job(self, name: str) -> JobRow:
         rows = job_rows.all_jobs(self.database, [name])

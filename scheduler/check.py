@@ -17,7 +17,13 @@ inputs.
   `timed_out` row whose lease is still held), however long ago: the job's later periods
   are skipped until it returns. Listed instead of its `timed_out` finding.
 
+- **late schedules**: schedules created at run time, of a job checked here, due for
+  longer than `SCHEDULE_LATE` and fired by no node (no node runs their job, or none is
+  up): one finding per job, with how many and since when. A schedule's recorded
+  failures are findings like any job's, under its run's name `@<key>`.
+
 Retired jobs (no node runs them any more, see `scheduler.retirement`) are not checked.
+A template (`@job(cron=None)`) has no period of its own to be overdue.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from scheduler.policy import Policy
 from scheduler.states import Reason, RunStatus
 from scheduler.store import items as stored_items
 from scheduler.store import queries
+from scheduler.store import schedules as stored_schedules
 from scheduler.store.database import Database
 from scheduler.store.items import ItemRow
 from scheduler.store.jobs import all_jobs
 from scheduler.store.queries import NodeRow, RunRow, Success
+from scheduler.store.schedules import LATE_COUNTED, LateSchedules
 
 DEFAULT_WINDOW = timedelta(days=1)
 # A node that missed SILENT_BEATS default heartbeats is not alive (the table holds no
@@ -49,6 +57,9 @@ NODE_SILENT_AFTER = SILENT_BEATS * Policy().heartbeat
 STUCK_LIMIT = 1000
 # Keys of stuck items named in a finding; `scheduler items JOB --stuck` lists them all.
 STUCK_KEYS_SHOWN = 3
+# A schedule created at run time not fired this long after it fell due is late: a node
+# fires a due schedule within a second, or goes through catch-up after an outage.
+SCHEDULE_LATE = timedelta(minutes=2)
 # Rows written before job policies were stored: one default lease TTL.
 FALLBACK_ALERT_AFTER = timedelta(seconds=30)
 
@@ -61,6 +72,7 @@ class Problem(StrEnum):
     ABANDONED = "abandoned"
     STUCK = "stuck"
     LINGERING = "lingering"
+    LATE_SCHEDULES = "late_schedules"
 
 
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
@@ -71,7 +83,8 @@ class WatchedJob:
     """What `check` needs to know of a job, as the nodes registered it."""
 
     name: str
-    schedule: Schedule
+    # None: a template, whose periods are its schedules'.
+    schedule: Schedule | None
     first_seen: datetime
     paused: bool
     alert_after: timedelta
@@ -85,7 +98,7 @@ class WatchedJob:
             alert_after = FALLBACK_ALERT_AFTER + timedelta(seconds=row.timeout_seconds or 0)
         return cls(
             name=row.name,
-            schedule=parse_schedule(row.cron, row.timezone),
+            schedule=parse_schedule(row.cron, row.timezone) if row.cron else None,
             first_seen=row.first_seen,
             paused=row.paused,
             alert_after=alert_after,
@@ -127,7 +140,7 @@ class Report:
 
 def expected_period(job: WatchedJob, now: datetime) -> datetime | None:
     """The newest period whose grace has passed, if the job owes a run for it."""
-    if job.paused:
+    if job.paused or job.schedule is None:
         return None
     period = job.schedule.latest_at_or_before(now - job.alert_after)
     if period is None or period < job.first_seen:
@@ -204,10 +217,13 @@ def assess(
     recorded: Iterable[RunRow],
     *,
     lingering_now: Iterable[Finding] = (),
+    templates: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Every finding: overdue ones first, then runs still running past their timeout
     (`lingering_now`), then what was recorded; a period already listed is not listed
-    again for what was recorded of it."""
+    again for what was recorded of it. `templates`: the job of each schedule's run name
+    among the recorded and lingering runs."""
+    templates = templates or {}
     findings: list[Finding] = []
     for job in jobs:
         if job.name in expected:
@@ -216,6 +232,8 @@ def assess(
             if found:
                 findings.append(found)
     retries = {job.name: job.retries for job in jobs}
+    # A schedule's runs (`@<key>`) are its job's: their retries are the job's.
+    retries |= {name: retries[job] for name, job in templates.items() if job in retries}
     findings += [finding for finding in lingering_now if finding.job in retries]
     listed = {(f.job, f.period) for f in findings}
     for run in recorded:
@@ -246,6 +264,21 @@ def stuck(rows: Sequence[ItemRow], watched: Collection[str]) -> list[Finding]:
     return findings
 
 
+def late_schedules(late: Mapping[str, LateSchedules], watched: Collection[str]) -> list[Finding]:
+    """One finding per watched job whose schedules are due and fired by no node."""
+    findings = []
+    for job, found in sorted(late.items()):
+        if job not in watched:
+            continue
+        count = f"{found.count}+" if found.count >= LATE_COUNTED else str(found.count)
+        detail = (
+            f"{count} schedule(s) created at run time due since {found.first.isoformat()} "
+            "and fired by no node: is a node that runs this job up?"
+        )
+        findings.append(Finding(Problem.LATE_SCHEDULES, job, found.first, None, None, detail))
+    return findings
+
+
 def alive(node: NodeRow, now: datetime) -> bool:
     return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
 
@@ -268,16 +301,25 @@ def gather(
     expected = {
         job.name: period for job in jobs if (period := expected_period(job, now)) is not None
     }
+    recorded = queries.recorded_since(database, RECORDED_PROBLEMS, now - window)
+    lingering_runs = queries.lingering(database)
     findings = assess(
         jobs,
         expected,
         queries.runs_at(database, expected),
         queries.last_successes(database),
-        queries.recorded_since(database, RECORDED_PROBLEMS, now - window),
-        lingering_now=[lingering(run, now) for run in queries.lingering(database)],
+        recorded,
+        lingering_now=[lingering(run, now) for run in lingering_runs],
+        templates=stored_schedules.jobs_of(
+            database, {run.job for run in [*recorded, *lingering_runs] if run.job[:1] == "@"}
+        ),
     )
     stuck_items = stored_items.list_items(database, None, stuck_only=True, limit=STUCK_LIMIT)
     findings += stuck(stuck_items, {job.name for job in jobs})
+    templates = [job.name for job in jobs if job.schedule is None]
+    findings += late_schedules(
+        stored_schedules.late(database, templates, SCHEDULE_LATE, LATE_COUNTED), templates
+    )
     return Report(
         checked_at=now,
         window=window,

@@ -87,7 +87,9 @@ def retired_among(
     return {
         row.name
         for row in candidates
-        if retired(parse_schedule(row.cron, row.timezone), row.last_seen, nodes, now)
+        # A template (no schedule of its own) no node may still run is retired.
+        if not row.cron
+        or retired(parse_schedule(row.cron, row.timezone), row.last_seen, nodes, now)
     }
 
 

@@ -92,7 +92,8 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime, *, retired: bool
         upcoming = None
     return {
         "name": job.name,
-        "cron": job.cron,
+        # A template has no schedule of its own: its schedules are created at run time.
+        "cron": job.cron or "template",
         "timezone": job.timezone,
         "paused": job.paused,
         "retired": retired,

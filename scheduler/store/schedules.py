@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.model import ClaimResult, Due, Entry
 from scheduler.states import Origin
 from scheduler.store import claims, periods
-from scheduler.store.connection import Connection
+from scheduler.store.connection import Connection, in_list
 from scheduler.store.database import Database
 from scheduler.store.fence import lock_jobs
 from scheduler.store.items import job_connection
@@ -526,3 +526,54 @@ def known_jobs(connection: Connection, jobs: Collection[str]) -> set[str]:
         "SELECT name FROM scheduler_jobs WHERE name IN (SELECT value FROM json_each(:names))"
     )
     return set(connection.execute(statement, {"names": json.dumps(sorted(jobs))}).scalars())
+
+
+# How many late schedules `late` counts per job at most (a bound on what it reads).
+LATE_COUNTED = 1000
+
+
+@dataclass(frozen=True)
+class LateSchedules:
+    count: int
+    first: datetime
+
+
+def late(
+    database: Database, jobs: Collection[str], after: timedelta, limit: int = LATE_COUNTED
+) -> dict[str, LateSchedules]:
+    """Per job: its live, unpaused schedules due for longer than `after` (up to `limit`
+    counted), and the earliest due instant among them. Reads each job's range of the
+    due index, no further than `limit` rows."""
+    if not jobs:
+        return {}
+    late_by, parameters = database.after("late_by", -after.total_seconds())
+    found: dict[str, LateSchedules] = {}
+    statement = f"""
+        SELECT count(*) AS late, min(next_due_at) AS first FROM (
+            SELECT next_due_at FROM {SCHEDULES}
+            WHERE job = :job AND next_due_at IS NOT NULL AND NOT paused
+              AND deleted_at IS NULL AND next_due_at < {late_by}
+            ORDER BY next_due_at LIMIT :limit) AS due
+    """
+    with database.transaction() as connection:
+        for job in sorted(jobs):
+            row = connection.execute(statement, {**parameters, "job": job, "limit": limit}).first()
+            if row is not None and row.late:
+                found[job] = LateSchedules(int(row.late), row.first)
+    return found
+
+
+def jobs_of(database: Database, run_jobs: Collection[str]) -> dict[str, str]:
+    """The job of each schedule's run name (`@<key>`) among these, deleted or not."""
+    keys = sorted({key for name in run_jobs if (key := schedule_key(name)) is not None})
+    if not keys:
+        return {}
+    found: dict[str, str] = {}
+    with database.transaction() as connection:
+        for start in range(0, len(keys), PAGE_MAX):
+            chunk = keys[start : start + PAGE_MAX]
+            listed, parameters = in_list("key", chunk)
+            statement = f"SELECT key, job FROM {SCHEDULES} WHERE key IN ({listed})"
+            for row in connection.execute(statement, parameters):
+                found[run_job(row.key)] = row.job
+    return found

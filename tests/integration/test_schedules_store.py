@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 
-from scheduler import model
+from scheduler import check, model
 from scheduler.errors import ScheduleDefinitionError
 from scheduler.node.registration import register
 from scheduler.node.schedule_loop import plan
@@ -303,3 +303,32 @@ def test_retention_forgets_a_schedule_deleted_before_the_cutoff_and_then_its_run
     # The live schedule keeps its newest run (and success); the deleted one keeps nothing.
     assert left == {"@kept": 1}
     assert [row["key"] for row in table_rows(database, "scheduler_schedules")] == ["kept"]
+
+
+def test_check_names_schedules_no_node_fires_and_a_schedules_failures(
+    database: Database, schedules: Schedules
+) -> None:
+    report = check.gather(database)
+    assert report.ok, report.findings  # a template owes nothing of its own
+    start = _now(database).replace(microsecond=0) - timedelta(minutes=10)
+    for tenant in range(3):
+        schedules.create(f"tenant-{tenant}:r", "tenant_report", every=60, args={"tenant": tenant})
+    _due_from(database, start)
+    (late,) = check.gather(database).findings
+    assert (late.problem, late.job, late.period) == (
+        check.Problem.LATE_SCHEDULES,
+        "tenant_report",
+        start,
+    )
+    assert late.detail.startswith("3 schedule(s) created at run time due since")
+    # Once fired, the late finding goes; a run of a schedule that failed for good is a
+    # finding under the run's name, as any job's.
+    claim = _pass(database).result.won[-1]
+    assert writes.start(database, claim) is model.Started.STARTED
+    assert writes.finish(database, claim, RunStatus.FAILED, 1)
+    (failed,) = check.gather(database).findings
+    assert (failed.problem, failed.job, failed.period) == (
+        check.Problem.FAILED,
+        claim.job,
+        claim.period,
+    )
