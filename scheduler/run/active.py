@@ -16,6 +16,7 @@ from enum import Enum
 from multiprocessing.process import BaseProcess
 
 from scheduler.model import Claim
+from scheduler.registry import Job
 from scheduler.run.context import RunContext
 from scheduler.run.orphans import Orphan
 
@@ -35,6 +36,9 @@ class ActiveRun:
     context: RunContext
     # Its job's overlap is not `allow`: it starts only once no earlier period is active.
     in_turn: bool
+    # The job that runs it, found once when it was taken in (a schedule's from its row:
+    # never looked up again while the run is in hand).
+    job: Job
     # Resolves when the run is over, whether it ran here or was abandoned.
     future: Future[None] = field(default_factory=Future)
     # Handed to the starter (False while it waits behind an earlier period).

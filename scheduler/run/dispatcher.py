@@ -124,7 +124,7 @@ class Dispatcher:
             claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
         )
         in_turn = job.policy.overlap is not Overlap.ALLOW
-        active = ActiveRun(claim, context, in_turn)
+        active = ActiveRun(claim, context, in_turn, job)
         if self._stopping.is_set():
             # Claimed by a side thread while the node drains: give it straight back.
             self._give_back_unstarted(active)
@@ -181,7 +181,7 @@ class Dispatcher:
             claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
         )
         in_turn = job.policy.overlap is not Overlap.ALLOW
-        active = ActiveRun(claim, context, in_turn)
+        active = ActiveRun(claim, context, in_turn, job)
         with self._lock:
             if claim.key in self._active:
                 return False
@@ -232,7 +232,7 @@ class Dispatcher:
         return [results.get(active.claim.key) is Started.STARTED for active in batch]
 
     def _remote(self, active: ActiveRun) -> Remote | None:
-        return self._jobs[active.claim.job].remote
+        return active.job.remote
 
     def _queue_request(self, active: ActiveRun) -> QueueRequest:
         job_remote = self._remote(active)
@@ -273,7 +273,7 @@ class Dispatcher:
         if phase is Phase.WAITING:
             settle = outcomes.abandon(claim, 0.0, reason=Reason.LEASE_EXPIRED)
         else:
-            policy = self._jobs[claim.job].policy
+            policy = active.job.policy
             settle = outcomes.finish(claim, policy, Outcome(RunStatus.FAILED, describe(error)), 0)
         if self._persist(active, partial(self._writer.finish_now, settle), False):
             active.context.log.warning(
@@ -284,8 +284,7 @@ class Dispatcher:
         """Run one claim. True: the run goes on elsewhere (it went back to wait behind an
         earlier period, or its outcome is with the writer, which ends it); False: it is
         over here."""
-        claim = active.claim
-        job = self._jobs[claim.job]
+        claim, job = active.claim, active.job
         if not started_already:
             started = self._wait_and_start(active)
             if started is Started.WAIT:  # gave its thread to an earlier period of its job
@@ -369,7 +368,7 @@ class Dispatcher:
         self._leases.forget(active.claim.key)
         claim, log = active.claim, active.context.log
         around = observers.sending(
-            self._observers, self._jobs[claim.job], claim, self._node_id, job_remote.queue, log=log
+            self._observers, active.job, claim, self._node_id, job_remote.queue, log=log
         )
         remote.send(self._database, claim, job_remote, log, around)
 
@@ -623,7 +622,7 @@ class Dispatcher:
         late = {"late_s": round(self._leases.late_s, 3)} if cause == "lease" else {}
         active.context.log.warning("lease_lost", cause=cause, **late)
         metrics.record_lease_lost(active.claim.job)
-        job = self._jobs[active.claim.job]
+        job = active.job
         if running and job.policy.isolation is not Isolation.PROCESS:
             active.orphan = Orphan(active.context.log, cause, self._grace(cause, active))
             orphans.watch(active.orphan, partial(self._still_running, active))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -23,8 +24,11 @@ from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
 from scheduler.store.schedules import ScheduleRow
 
-# Schedules' jobs kept at once (each a few hundred bytes and its arguments).
+# Schedules' jobs kept at once (each a few hundred bytes and its arguments), and for
+# how long: a pass hands its rows over just before their runs are looked up; a retry
+# later reads the row again, so that it runs with the schedule's arguments of then.
 KEPT = 20_000
+KEPT_S = 5.0
 
 
 class JobTable(Mapping[str, Job]):
@@ -34,7 +38,7 @@ class JobTable(Mapping[str, Job]):
     def __init__(self, jobs: Mapping[str, Job], database: Database | None = None) -> None:
         self._jobs = dict(jobs)
         self._database = database
-        self._kept: OrderedDict[str, Job] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[Job, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __getitem__(self, name: str) -> Job:
@@ -46,9 +50,9 @@ class JobTable(Mapping[str, Job]):
             raise KeyError(name)
         with self._lock:
             kept = self._kept.get(name)
-            if kept is not None:
+            if kept is not None and time.monotonic() - kept[1] < KEPT_S:
                 self._kept.move_to_end(name)
-                return kept
+                return kept[0]
         row = self._read(key)
         job = self.learn(row) if row is not None else None
         if job is None:
@@ -82,7 +86,7 @@ class JobTable(Mapping[str, Job]):
             return None
         job = schedule_job(template, row)
         with self._lock:
-            self._kept[job.name] = job
+            self._kept[job.name] = (job, time.monotonic())
             self._kept.move_to_end(job.name)
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
