@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from scheduler.schedules import Schedules
+from scheduler.schedules import Schedules, Spec
 from scheduler.store import schedules as stored
 from scheduler.store.database import open_database
 from tests.acceptance.celery_workers import REDIS_URL, celery_env, start_worker
@@ -277,3 +277,38 @@ def _run_rows(url: str) -> list[dict[str, Any]]:
         return rows(database, "scheduler_runs")
     finally:
         database.dispose()
+
+
+PEAK = 3000
+
+
+def test_a_peak_of_schedules_due_at_one_instant_runs_each_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The 09:00 peak, small: 3,000 schedules due at one instant on three nodes. Every
+    period runs once, none is missed, and the fleet shares them (bench n has 100,000)."""
+    nodes, log = _fleet(tmp_path, postgres_url, 3)
+    try:
+        with Schedules(postgres_url) as schedules:
+            at = _clock(postgres_url).replace(microsecond=0) + timedelta(seconds=8)
+            schedules.create_many(
+                Spec(f"tenant-{n}:peak", "tenant_report", at=at, args={"tenant": n})
+                for n in range(PEAK)
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_executions(log)) < PEAK:
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        codes = [node.stop() for node in nodes]
+    assert codes == [0, 0, 0], [node.log_path.read_text()[-2000:] for node in nodes]
+    ran = _executions(log)
+    once = Counter(line["schedule"] for line in ran)
+    assert len(once) == PEAK, f"{PEAK - len(once)} periods never ran"
+    assert set(once.values()) == {1}, "a period ran twice"
+    assert {line["period"] for line in ran} == {at.isoformat()}
+    shares = Counter(line["node"] for line in ran)
+    assert len(shares) == 3, shares
+    started = _started(nodes)
+    last = max(started.values()) - at.timestamp()
+    assert last < 20, f"the last period started {last:.1f}s after the instant"
