@@ -12,6 +12,7 @@ which to record skipped or missed, and where the schedule stands after.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from scheduler.triggers import Trigger, TriggerKind
 LATE_AFTER = timedelta(seconds=60)
 # Periods one pass handles for one schedule; the rest are handled by the next pass.
 PERIODS_PER_PASS = 1000
+_NO_DELAY = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -85,20 +87,27 @@ def cut(
     return State(new, first, tuple(owed))
 
 
-def fire(state: State, now: datetime, policy: Policy, limit: int = PERIODS_PER_PASS) -> Firing:
+def fire(
+    state: State,
+    now: datetime,
+    policy: Policy,
+    limit: int = PERIODS_PER_PASS,
+    delay: Callable[[datetime], timedelta] = lambda _: _NO_DELAY,
+) -> Firing:
     """The periods due by `now`, oldest first, up to `limit`, sorted by what happens to
-    each; and the state after them."""
+    each; and the state after them. `delay`: each period's jitter, the same on every
+    node; a period is due once its delay after it has passed, and periods fire in
+    order (one not yet due holds back the later ones)."""
     periods: list[datetime] = []
     owed = list(state.owed)
     cursor = state.next_due
+
+    def due(period: datetime | None) -> bool:
+        return period is not None and period + delay(period) <= now and len(periods) < limit
+
     while owed:
         stretch = owed[0]
-        while (
-            cursor is not None
-            and cursor <= stretch.until
-            and cursor <= now
-            and len(periods) < limit
-        ):
+        while cursor is not None and cursor <= stretch.until and due(cursor):
             periods.append(cursor)
             cursor = _after(stretch.trigger, cursor)
         if cursor is not None and cursor <= stretch.until:
@@ -106,10 +115,11 @@ def fire(state: State, now: datetime, policy: Policy, limit: int = PERIODS_PER_P
         owed.pop(0)
         cursor = _after(owed[0].trigger if owed else state.trigger, stretch.until)
     if not owed:
-        while cursor is not None and cursor <= now and len(periods) < limit:
+        while due(cursor):
+            assert cursor is not None
             periods.append(cursor)
             cursor = state.trigger.next_after(cursor)
-    result = _sorted(periods, now, policy)
+    result = _sorted(periods, now, policy, delay)
     result.state = State(state.trigger, cursor, tuple(owed))
     return result
 
@@ -118,10 +128,15 @@ def _after(trigger: Trigger | None, instant: datetime) -> datetime | None:
     return trigger.next_after(instant) if trigger is not None else None
 
 
-def _sorted(periods: list[datetime], now: datetime, policy: Policy) -> Firing:
+def _sorted(
+    periods: list[datetime],
+    now: datetime,
+    policy: Policy,
+    delay: Callable[[datetime], timedelta],
+) -> Firing:
     result = Firing()
-    late = [period for period in periods if now - period > LATE_AFTER]
-    on_time = [period for period in periods if now - period <= LATE_AFTER]
+    late = [period for period in periods if now - period - delay(period) > LATE_AFTER]
+    on_time = [period for period in periods if now - period - delay(period) <= LATE_AFTER]
     if late:
         plan = catchup.plan(late, now, policy)
         result.run += [(period, Origin.CATCHUP) for period in plan.run]
@@ -136,10 +151,17 @@ def _sorted(periods: list[datetime], now: datetime, policy: Policy) -> Firing:
 
 
 def policy_with(
-    policy: Policy, catchup: str | None, window_seconds: float | None, limit: int | None
+    policy: Policy,
+    catchup: str | None,
+    window_seconds: float | None,
+    limit: int | None,
+    jitter_seconds: float | None = None,
 ) -> Policy:
-    """A job's policy under a schedule's own catch-up choices (None: the job's)."""
+    """A job's policy under a schedule's own catch-up and jitter choices (None: the
+    job's)."""
     changes: dict[str, Any] = {}
+    if jitter_seconds is not None:
+        changes["jitter"] = timedelta(seconds=jitter_seconds)
     if catchup is not None:
         changes["catchup"] = Catchup(catchup)
     if window_seconds is not None:

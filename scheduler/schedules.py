@@ -74,6 +74,7 @@ class Schedule:
     catchup: str | None
     catchup_window: timedelta | None
     catchup_limit: int | None
+    jitter: timedelta | None
     version: int
     created_at: datetime
     updated_at: datetime
@@ -106,6 +107,7 @@ class Schedule:
             if self.catchup_window
             else None,
             "catchup_limit": self.catchup_limit,
+            "jitter_seconds": self.jitter.total_seconds() if self.jitter else None,
             "version": self.version,
             "created_at": _iso(self.created_at),
             "updated_at": _iso(self.updated_at),
@@ -122,6 +124,8 @@ class Listing:
 
 
 _UNSET: Any = object()
+# A schedule's own policy, over its job's: catch-up, its window (s), its limit, jitter (s).
+Overrides = tuple[str | None, float | None, int | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class Spec:
     catchup: str | None = None
     catchup_window: Duration | None = None
     catchup_limit: int | None = None
+    jitter: Duration | None = None
     paused: bool = False
 
 
@@ -189,6 +194,7 @@ class Schedules:
         catchup: str | None = None,
         catchup_window: Duration | None = None,
         catchup_limit: int | None = None,
+        jitter: Duration | None = None,
         paused: bool = False,
         connection: object | None = None,
     ) -> Schedule:
@@ -206,6 +212,7 @@ class Schedules:
             catchup=catchup,
             catchup_window=catchup_window,
             catchup_limit=catchup_limit,
+            jitter=jitter,
             paused=paused,
             connection=connection,
             replace=False,
@@ -215,7 +222,7 @@ class Schedules:
         """Create many schedules at once (a tenant import, a migration from another
         scheduler): every one is checked first, and then all are written in one
         transaction, or none (`ScheduleExistsError` names the keys already live)."""
-        checked: list[tuple[Spec, str, str, tuple[str | None, float | None, int | None]]] = []
+        checked: list[tuple[Spec, str, str, Overrides]] = []
         seen: set[str] = set()
         for spec in specs:
             key = _check_key(spec.key)
@@ -223,7 +230,9 @@ class Schedules:
                 raise ScheduleExistsError(f"schedule {key!r}: key: given twice")
             seen.add(key)
             name = spec.job.name if isinstance(spec.job, Job) else _check_job_name(key, spec.job)
-            policy = _overrides(key, spec.catchup, spec.catchup_window, spec.catchup_limit)
+            policy = _overrides(
+                key, spec.catchup, spec.catchup_window, spec.catchup_limit, spec.jitter
+            )
             checked.append((spec, name, _check_args(key, spec.args or {}), policy))
         if not checked:
             return 0
@@ -260,9 +269,7 @@ class Schedules:
             return len(new)
 
     @staticmethod
-    def _trigger(
-        spec: Spec, policy: tuple[str | None, float | None, int | None], now: datetime
-    ) -> Trigger:
+    def _trigger(spec: Spec, policy: Overrides, now: datetime) -> Trigger:
         trigger = parse_trigger(
             spec.key,
             cron=spec.cron,
@@ -292,6 +299,7 @@ class Schedules:
         catchup: str | None = None,
         catchup_window: Duration | None = None,
         catchup_limit: int | None = None,
+        jitter: Duration | None = None,
         paused: bool = False,
         connection: object | None = None,
     ) -> Schedule:
@@ -310,6 +318,7 @@ class Schedules:
             catchup=catchup,
             catchup_window=catchup_window,
             catchup_limit=catchup_limit,
+            jitter=jitter,
             paused=paused,
             connection=connection,
             replace=True,
@@ -328,6 +337,7 @@ class Schedules:
         catchup: str | None = _UNSET,
         catchup_window: Duration | None = _UNSET,
         catchup_limit: int | None = _UNSET,
+        jitter: Duration | None = _UNSET,
         connection: object | None = None,
     ) -> Schedule:
         """Change some fields of a live schedule; a new trigger (any of cron, every, at)
@@ -359,6 +369,7 @@ class Schedules:
                 if catchup_window is _UNSET
                 else catchup_window,
                 row.catchup_limit if catchup_limit is _UNSET else catchup_limit,
+                _seconds(row.jitter_seconds) if jitter is _UNSET else jitter,
             )
             new = self._moved(
                 row,
@@ -401,6 +412,7 @@ class Schedules:
                 paused=False,
                 paused_at=None,
                 next_due_at=moved.next_due,
+                next_period=None,
                 owed=firing.owed_text(moved.owed),
                 updated_at=now,
                 version=row.version + 1,
@@ -420,6 +432,7 @@ class Schedules:
             new = _replace_row(
                 row,
                 next_due_at=None,
+                next_period=None,
                 owed=None,
                 deleted_at=now,
                 updated_at=now,
@@ -475,6 +488,7 @@ class Schedules:
         catchup: str | None,
         catchup_window: Duration | None,
         catchup_limit: int | None,
+        jitter: Duration | None,
         paused: bool,
         connection: object | None,
         replace: bool,
@@ -483,7 +497,7 @@ class Schedules:
         local = isinstance(job, Job)
         name = job.name if isinstance(job, Job) else _check_job_name(key, job)
         arguments = _check_args(key, args if args is not None else {})
-        policy = _overrides(key, catchup, catchup_window, catchup_limit)
+        policy = _overrides(key, catchup, catchup_window, catchup_limit, jitter)
         with rows.within(self._database, connection) as conn:
             now = rows.clock(conn)
             spec = Spec(key, name, cron, every, start, at, timezone)
@@ -529,7 +543,7 @@ class Schedules:
         now: datetime,
         *,
         args: str,
-        policy: tuple[str | None, float | None, int | None],
+        policy: Overrides,
     ) -> ScheduleRow:
         """The row with a new trigger from `now` (the old one's owed periods kept), new
         arguments and policy."""
@@ -552,6 +566,8 @@ class Schedules:
             catchup=policy[0],
             catchup_window_seconds=policy[1],
             catchup_limit=policy[2],
+            jitter_seconds=policy[3],
+            next_period=None,
             updated_at=now,
             version=row.version + 1,
         )
@@ -566,7 +582,7 @@ def _new_row(
     trigger: Trigger,
     *,
     arguments: str,
-    policy: tuple[str | None, float | None, int | None],
+    policy: Overrides,
     paused: bool,
     now: datetime,
 ) -> ScheduleRow:
@@ -578,9 +594,11 @@ def _new_row(
         catchup=policy[0],
         catchup_window_seconds=policy[1],
         catchup_limit=policy[2],
+        jitter_seconds=policy[3],
         paused=paused,
         paused_at=now if paused else None,
         next_due_at=firing.start(trigger, now).next_due,
+        next_period=None,
         owed=None,
         version=1,
         created_at=now,
@@ -602,7 +620,9 @@ def _replace_row(row: ScheduleRow, **changes: Any) -> ScheduleRow:
 
 def _state(row: ScheduleRow) -> firing.State:
     return firing.State(
-        firing.trigger_from(row.trigger_columns), row.next_due_at, firing.owed_from(row.owed)
+        firing.trigger_from(row.trigger_columns),
+        row.next_period or row.next_due_at,
+        firing.owed_from(row.owed),
     )
 
 
@@ -613,10 +633,11 @@ def _schedule(row: ScheduleRow) -> Schedule:
         trigger=firing.trigger_from(row.trigger_columns),
         args=json.loads(row.args),
         paused=row.paused,
-        next_due=row.next_due_at,
+        next_due=row.next_period or row.next_due_at,
         catchup=row.catchup,
         catchup_window=_seconds(row.catchup_window_seconds),
         catchup_limit=row.catchup_limit,
+        jitter=_seconds(row.jitter_seconds),
         version=row.version,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -660,9 +681,13 @@ def _check_args(key: str, args: object) -> str:
 
 
 def _overrides(
-    key: str, catchup: str | None, window: Duration | None, limit: int | None
-) -> tuple[str | None, float | None, int | None]:
-    """The schedule's own catch-up policy, checked as `@job` checks it."""
+    key: str,
+    catchup: str | None,
+    window: Duration | None,
+    limit: int | None,
+    jitter: Duration | None = None,
+) -> Overrides:
+    """The schedule's own catch-up and jitter, checked as `@job` checks them."""
     try:
         return (
             policy_fields.choice(key, "catchup", catchup, Catchup).value
@@ -674,13 +699,16 @@ def _overrides(
             policy_fields.count(key, "catchup_limit", limit, minimum=1)
             if limit is not None
             else None,
+            policy_fields.duration(key, "jitter", jitter).total_seconds()
+            if jitter is not None
+            else None,
         )
     except JobDefinitionError as error:
         message = str(error).split(": ", 2)[-1]
         raise ScheduleDefinitionError(key, error.field, message) from None
 
 
-def _window(policy: tuple[str | None, float | None, int | None]) -> timedelta:
+def _window(policy: Overrides) -> timedelta:
     return timedelta(seconds=policy[1]) if policy[1] is not None else Policy().catchup_window
 
 

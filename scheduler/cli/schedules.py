@@ -76,6 +76,12 @@ def trigger_options(command: Command) -> Command:
             metavar="N",
             help="Catch up at most this many missed periods, instead of its job's limit.",
         ),
+        click.option(
+            "--jitter",
+            metavar="DURATION",
+            help="Fire each period up to DURATION late (the same delay on every node), "
+            "instead of its job's jitter.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -166,6 +172,7 @@ def create_schedule(
     catchup: str | None,
     catchup_window: str | None,
     catchup_limit: str | None,
+    jitter: str | None,
     paused: bool,
     replace: bool,
     database_url: str,
@@ -185,6 +192,7 @@ def create_schedule(
         "catchup": catchup,
         "catchup_window": catchup_window,
         "catchup_limit": _whole(key, "catchup_limit", catchup_limit),
+        "jitter": jitter,
         "paused": paused,
     }
     with reading(database_url) as database:
@@ -225,6 +233,7 @@ def change_schedule(
     catchup: str | None,
     catchup_window: str | None,
     catchup_limit: str | None,
+    jitter: str | None,
     database_url: str,
     as_json: bool,
 ) -> None:
@@ -242,12 +251,13 @@ def change_schedule(
         "catchup": catchup,
         "catchup_window": catchup_window,
         "catchup_limit": _whole(key, "catchup_limit", catchup_limit),
+        "jitter": jitter,
     }
     changes = {name: value for name, value in given.items() if value is not None}
     if not changes:
         raise UserError(
             f"schedule {key!r}: nothing to change: give --cron, --every, --at, --timezone, "
-            "--args or a --catchup option"
+            "--args, --jitter or a --catchup option"
         )
     with reading(database_url) as database:
         schedule = Schedules(database).change(key, **changes)
@@ -383,6 +393,12 @@ def schedule_text(record: dict[str, Any]) -> str:
             format_duration(timedelta(seconds=window)) if window is not None else "the job's",
         ),
         ("catchup limit", str(record["catchup_limit"] or "the job's")),
+        (
+            "jitter",
+            format_duration(timedelta(seconds=record["jitter_seconds"]))
+            if record["jitter_seconds"] is not None
+            else "the job's",
+        ),
         ("version", str(record["version"])),
         ("created", record["created_at"]),
         ("updated", record["updated_at"]),

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from functools import partial
 
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import firing, logs, metrics
 from scheduler.model import Due, Entry
+from scheduler.node.upcoming import jitter_delay
 from scheduler.node.wakeups import Wakeups
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.run.job_table import JobTable
@@ -130,17 +132,24 @@ def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
     if job is None:
         return None
     state = firing.State(
-        firing.trigger_from(row.trigger_columns), row.next_due_at, firing.owed_from(row.owed)
+        firing.trigger_from(row.trigger_columns),
+        row.next_period or row.next_due_at,
+        firing.owed_from(row.owed),
     )
-    decided = firing.fire(state, now, job.policy)
+    delay = partial(jitter_delay, job)
+    decided = firing.fire(state, now, job.policy, delay=delay)
     assert decided.state is not None
     lease = job.policy.lease.total_seconds()
     limit = job.policy.overlap.limit
+    # The row is taken again when its next period's jitter has run out.
+    period = decided.state.next_due
+    fires_at = period + delay(period) if period is not None else None
     return Fired(
         due=[Due(job.name, period, lease, limit, origin) for period, origin in decided.run],
         recorded=[Entry(period, RunStatus.SKIPPED, reason) for period, reason in decided.skip]
         + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in decided.missed],
         lease_seconds=lease,
-        next_due_at=decided.state.next_due,
+        next_due_at=fires_at,
         owed=firing.owed_text(decided.state.owed),
+        next_period=period if fires_at != period else None,
     )

@@ -115,7 +115,11 @@ def schedule_job(template: Job, row: ScheduleRow) -> Job:
         template,
         name=stored.run_job(row.key),
         policy=policy_with(
-            template.policy, row.catchup, row.catchup_window_seconds, row.catchup_limit
+            template.policy,
+            row.catchup,
+            row.catchup_window_seconds,
+            row.catchup_limit,
+            row.jitter_seconds,
         ),
         args=arguments,
         template=template.name,

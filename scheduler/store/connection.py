@@ -58,6 +58,7 @@ TIMESTAMP_COLUMNS = frozenset(
         "start_at",
         "once_at",
         "next_due_at",
+        "next_period",
         "updated_at",
         "fired_at",
         "deleted_at",

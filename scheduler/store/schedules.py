@@ -72,9 +72,11 @@ class ScheduleRow:
     catchup: str | None
     catchup_window_seconds: float | None
     catchup_limit: int | None
+    jitter_seconds: float | None
     paused: bool
     paused_at: datetime | None
     next_due_at: datetime | None
+    next_period: datetime | None
     owed: str | None
     version: int
     created_at: datetime
@@ -302,6 +304,8 @@ class Fired:
     lease_seconds: float
     next_due_at: datetime | None
     owed: str | None
+    # The period `next_due_at` fires, when jitter delays it; None: next_due_at itself.
+    next_period: datetime | None = None
 
 
 @dataclass
@@ -391,30 +395,34 @@ def _move_on(
     if connection.is_postgres:
         connection.execute(
             f"""UPDATE {SCHEDULES} AS schedule
-                SET next_due_at = moved.next_due_at, owed = moved.owed, fired_at = {now},
-                    fired_by = :holder
+                SET next_due_at = moved.next_due_at, next_period = moved.next_period,
+                    owed = moved.owed, fired_at = {now}, fired_by = :holder
                 FROM unnest(CAST(:keys AS TEXT[]), CAST(:versions AS INT[]),
-                            CAST(:next AS TIMESTAMPTZ[]), CAST(:owed AS TEXT[]))
-                     AS moved(key, version, next_due_at, owed)
+                            CAST(:next AS TIMESTAMPTZ[]), CAST(:periods AS TIMESTAMPTZ[]),
+                            CAST(:owed AS TEXT[]))
+                     AS moved(key, version, next_due_at, next_period, owed)
                 WHERE schedule.key = moved.key AND schedule.version = moved.version""",
             {
                 "holder": holder,
                 "keys": [row.key for row, _ in moved],
                 "versions": [row.version for row, _ in moved],
                 "next": [fired.next_due_at for _, fired in moved],
+                "periods": [fired.next_period for _, fired in moved],
                 "owed": [fired.owed for _, fired in moved],
             },
         )
         return
     connection.execute_many(
         f"""UPDATE {SCHEDULES}
-            SET next_due_at = :next_due_at, owed = :owed, fired_at = {now}, fired_by = :holder
+            SET next_due_at = :next_due_at, next_period = :next_period, owed = :owed,
+                fired_at = {now}, fired_by = :holder
             WHERE key = :key AND version = :version""",
         [
             {
                 "key": row.key,
                 "version": row.version,
                 "next_due_at": fired.next_due_at,
+                "next_period": fired.next_period,
                 "owed": fired.owed,
                 "holder": holder,
             }
@@ -471,9 +479,11 @@ _CAST = {
     "catchup": "TEXT",
     "catchup_window_seconds": "FLOAT8",
     "catchup_limit": "INT",
+    "jitter_seconds": "FLOAT8",
     "paused": "BOOLEAN",
     "paused_at": "TIMESTAMPTZ",
     "next_due_at": "TIMESTAMPTZ",
+    "next_period": "TIMESTAMPTZ",
     "owed": "TEXT",
     "version": "INT",
     "created_at": "TIMESTAMPTZ",

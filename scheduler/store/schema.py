@@ -344,11 +344,16 @@ schedules = Table(
     Column("catchup", String(16)),
     Column("catchup_window_seconds", Float),
     Column("catchup_limit", Integer),
+    # Its own jitter (a delay in [0, jitter) per period, the same on every node); NULL:
+    # the job's.
+    Column("jitter_seconds", Float),
     Column("paused", Boolean, nullable=False, default=False),
     Column("paused_at", UTCDateTime()),
     # The earliest period not yet fired (NULL: none left, a one-off that fired); the
     # stretches of earlier triggers still owed, as JSON (see `scheduler.firing`).
     Column("next_due_at", UTCDateTime()),
+    # The period `next_due_at` fires, when jitter puts it later than the period itself.
+    Column("next_period", UTCDateTime()),
     Column("owed", Text),
     # Raised by every change: what a reader saw is what it changes.
     Column("version", Integer, nullable=False),

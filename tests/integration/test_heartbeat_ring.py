@@ -29,6 +29,7 @@ def _identity(name: str) -> NodeIdentity:
 def test_a_lock_coming_and_going_never_breaks_a_beat(postgres_url: str) -> None:
     database = open_database(postgres_url)
     churning = threading.Event()
+    churner: threading.Thread | None = None
     try:
         own = psycopg.connect(postgres_url, autocommit=True)
         own.execute("SELECT pg_advisory_lock(%s, %s)", (LIVENESS_NAMESPACE, 9000))
@@ -64,4 +65,7 @@ def test_a_lock_coming_and_going_never_breaks_a_beat(postgres_url: str) -> None:
         own.close()
     finally:
         churning.set()
+        # Gone before the fixture drops the database, which ends every session on it.
+        if churner is not None:
+            churner.join(timeout=10)
         database.dispose()

@@ -5,6 +5,7 @@ listing, and bad input that writes nothing."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from scheduler import check, model
 from scheduler.errors import ScheduleDefinitionError
 from scheduler.node.registration import register
 from scheduler.node.schedule_loop import plan
+from scheduler.node.upcoming import jitter_delay
 from scheduler.run.job_table import JobTable
 from scheduler.schedules import ScheduleExistsError, Schedules
 from scheduler.states import RunStatus
@@ -331,4 +333,43 @@ def test_check_names_schedules_no_node_fires_and_a_schedules_failures(
         check.Problem.FAILED,
         claim.job,
         claim.period,
+    )
+
+
+def test_a_jittered_period_fires_once_its_delay_has_passed(
+    database: Database, schedules: Schedules
+) -> None:
+    now = _now(database).replace(microsecond=0)
+    period = now - timedelta(seconds=1)
+    created = schedules.create(
+        "tenant-1:jittered",
+        "tenant_report",
+        every=3600,
+        start=period,
+        jitter="5s",
+        args={"tenant": 1},
+    )
+    assert created.jitter == timedelta(seconds=5)
+    _due_from(database, period)
+    job = JobTable(JOBS, database)["@tenant-1:jittered"]
+    assert job.policy.jitter == timedelta(seconds=5)
+    delay = jitter_delay(job, period)
+    done = _pass(database)
+    if period + delay > _now(database):
+        # Not yet: nothing claimed, and the row waits for the delayed instant.
+        assert done.result.won == []
+        (row,) = table_rows(database, "scheduler_schedules")
+        assert (row["next_due_at"], row["next_period"]) == (period + delay, period)
+        found = schedules.get("tenant-1:jittered")
+        assert found is not None
+        assert found.next_due == period
+        assert _pass(database).rows == []
+        time.sleep(max(0.0, (period + delay - _now(database)).total_seconds()) + 0.05)
+        done = _pass(database)
+    assert [claim.period for claim in done.result.won] == [period]
+    (row,) = table_rows(database, "scheduler_schedules")
+    following = period + timedelta(hours=1)
+    assert (row["next_due_at"], row["next_period"]) == (
+        following + jitter_delay(job, following),
+        following,
     )

@@ -131,3 +131,21 @@ def test_the_owed_stretches_survive_the_row() -> None:
     assert firing.trigger_from(firing.trigger_columns(_every(7))) == _every(7)
     paused = firing.cut(state, T0 + 26 * MINUTE, resume=T0 + 40 * MINUTE)
     assert firing.owed_from(firing.owed_text(paused.owed)) == paused.owed
+
+
+def test_jitter_delays_each_period_and_lateness_counts_from_the_delayed_instant() -> None:
+    delays = {T0 + MINUTE: timedelta(seconds=40), T0 + 2 * MINUTE: timedelta(seconds=5)}
+
+    def delay(period: datetime) -> timedelta:
+        return delays.get(period, timedelta(0))
+
+    state = firing.start(_every(1), T0)
+    # 09:01 fires at 09:01:40: at 09:01:30 nothing is due, and it holds 09:02 back.
+    early = firing.fire(state, T0 + MINUTE + timedelta(seconds=30), Policy(), delay=delay)
+    assert early.run == []
+    assert early.state == state
+    # At 09:02:30, 09:01 is 90 s past its period but 50 s past its delayed instant: on time.
+    fired = firing.fire(state, T0 + 2 * MINUTE + timedelta(seconds=30), Policy(), delay=delay)
+    assert fired.run == [(T0 + MINUTE, Origin.SCHEDULE), (T0 + 2 * MINUTE, Origin.SCHEDULE)]
+    latest = firing.fire(state, T0 + 3 * MINUTE, Policy(), delay=delay)
+    assert latest.run[0] == (T0 + MINUTE, Origin.CATCHUP)
