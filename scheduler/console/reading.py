@@ -114,6 +114,8 @@ class SchedulePage:
     state: str
     upcoming: list[tuple[datetime, datetime]]
     catchup: str
+    # Its own jitter, or the job's.
+    jitter: str
     # Its recent periods: the runs of `@<key>`, newest first.
     runs: list[RunRow]
     # At most this many are read: the page says where to find the older ones.
@@ -232,6 +234,7 @@ def read_schedule(admin: Admin, schedules: Schedules, key: str) -> SchedulePage 
         state=_schedule_state(found),
         upcoming=_schedule_upcoming(found),
         catchup=_catchup_text(found),
+        jitter=format_duration(found.jitter) if found.jitter is not None else "the job's",
         runs=runs,
     )
 
