@@ -63,12 +63,6 @@ class ScheduleLoop(SideThread):
             wakeups.schedules = self
         self._jobs = sorted(table.code)
 
-    def changed(self) -> None:
-        """A schedule was created or changed somewhere: look now, and read arguments
-        afresh."""
-        self._table.forget()
-        self.wake_in(0.0)
-
     def step(self) -> float:
         idle = POLL_S if self._wakeups is None or not self._wakeups.listening else SWEEP_S
         try:

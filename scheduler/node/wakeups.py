@@ -60,7 +60,6 @@ class AlertWatcher(Protocol):
 
 
 class ScheduleWatcher(Protocol):
-    def changed(self) -> None: ...
     def wake_in(self, seconds: float = 0.0) -> None: ...
 
 
@@ -156,7 +155,7 @@ class Wakeups:
         elif heard.kind is Wake.ALERT and self.alerts is not None:
             self.alerts.wake_in(heard.after)
         elif heard.kind is Wake.SCHEDULE and self.schedules is not None:
-            self.schedules.changed()
+            self.schedules.wake_in(heard.after)
         elif heard.kind is Wake.CLAIMED:
             self.claims.add(heard.tokens)
 

@@ -92,11 +92,6 @@ class JobTable(Mapping[str, Job]):
                 self._kept.popitem(last=False)
         return job
 
-    def forget(self) -> None:
-        """Drop what is kept (a schedule changed: its arguments may have)."""
-        with self._lock:
-            self._kept.clear()
-
     def _read(self, key: str) -> ScheduleRow | None:
         if self._database is None:
             return None

@@ -155,16 +155,18 @@ def _now_sql(connection: Connection) -> str:
     return "statement_timestamp()" if connection.is_postgres else ":now"
 
 
-def changed(connection: Connection, next_due_at: datetime | None) -> None:
-    """Tell every node that schedules changed, when this transaction commits (PostgreSQL
-    NOTIFY; elsewhere the nodes poll)."""
-    if not connection.is_postgres:
+def changed(connection: Connection, due: datetime | None) -> None:
+    """Tell every node, when this transaction commits, that a schedule falls due at
+    `due` (PostgreSQL NOTIFY `schedule:S`, S seconds from now; elsewhere the nodes
+    poll). A node wakes only if that is sooner than it would anyway: a flood of new
+    daily schedules wakes nobody until the first is due. Nothing to fire, no word."""
+    if not connection.is_postgres or due is None:
         return
     connection.execute(
-        "SELECT pg_notify(:channel, :payload)",
-        {"channel": CHANNEL, "payload": Wake.SCHEDULE.value},
+        "SELECT pg_notify(:channel, :kind || ':' ||"
+        " greatest(0, extract(epoch FROM CAST(:due AS TIMESTAMPTZ) - statement_timestamp())))",
+        {"channel": CHANNEL, "kind": Wake.SCHEDULE.value, "due": due},
     )
-    del next_due_at
 
 
 # -- reading and writing one schedule -------------------------------------------------
@@ -189,7 +191,7 @@ def insert(connection: Connection, row: ScheduleRow) -> bool:
         "ON CONFLICT (key) DO NOTHING RETURNING key"
     )
     inserted = connection.execute(statement, _parameters(row)).first() is not None
-    if inserted:
+    if inserted and not row.paused:
         changed(connection, row.next_due_at)
     return inserted
 
@@ -199,7 +201,7 @@ def write(connection: Connection, row: ScheduleRow, seen: int) -> bool:
     assignments = ", ".join(f"{name} = :{name}" for name in _CHANGED)
     statement = f"UPDATE {SCHEDULES} SET {assignments} WHERE key = :key AND version = :seen"
     done = connection.execute(statement, {**_parameters(row), "seen": seen}).rowcount == 1
-    if done:
+    if done and not row.paused and row.deleted_at is None:
         changed(connection, row.next_due_at)
     return done
 
@@ -520,8 +522,14 @@ def insert_many(connection: Connection, new: Sequence[ScheduleRow]) -> list[str]
         for row in new:
             if connection.execute(statement, _parameters(row)).first() is None:
                 taken.append(row.key)
-    if len(taken) < len(new):
-        changed(connection, None)
+    refused = set(taken)
+    due = [
+        row.next_due_at
+        for row in new
+        if row.key not in refused and not row.paused and row.next_due_at is not None
+    ]
+    if due:
+        changed(connection, min(due))
     return taken
 
 

@@ -11,7 +11,8 @@ commit, dropped with its rollback) on one channel, as `kind` or `kind:seconds`:
 - `gone`: a node's liveness lock went (see `store.liveness.PeerWatch`);
 - `claimed:TOKENS`: these periods were claimed (a few at a time), so that the peers
   whose share they were not need not read whether they were (see `node.peers`);
-- `schedule`: a schedule created at run time was created or changed (`store.schedules`).
+- `schedule:S`: a schedule created at run time, created or changed, falls due in S
+  seconds (`store.schedules`).
 
 Notifications are a shortcut, never the record: a node that misses one (its listening
 session dropped at that moment, or it sits behind a pooler that cannot LISTEN) still
