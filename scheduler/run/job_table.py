@@ -24,10 +24,11 @@ from scheduler.store.database import Database
 from scheduler.store.faults import StoreError
 from scheduler.store.schedules import ScheduleRow
 
-# Schedules' jobs kept at once (each a few hundred bytes and its arguments), and for
-# how long: a pass hands its rows over just before their runs are looked up; a retry
-# later reads the row again, so that it runs with the schedule's arguments of then.
-KEPT = 20_000
+# Schedules' jobs kept at once (each a few hundred bytes and its arguments: twice what
+# a node holds in hand, `node.schedule_loop.IN_HAND_MAX`), and for how long: a pass
+# hands its rows over just before their runs are looked up; a retry later reads the
+# row again, so that it runs with the schedule's arguments of then.
+KEPT = 4096
 KEPT_S = 5.0
 
 
