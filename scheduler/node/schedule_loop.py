@@ -31,8 +31,8 @@ from scheduler.supervision import SideThread
 
 # Without notifications (SQLite, a pooler): how often to look for changes.
 POLL_S = 1.0
-# With them: how often to look all the same, in case one was missed.
-SWEEP_S = 30.0
+# With them: how often to look all the same, in case one was missed (one read).
+SWEEP_S = 60.0
 # Runs a node holds at most before it fires more: due rows it leaves stay due for the
 # other nodes (whose passes skip nothing it locks) or for its next pass, so a peak of
 # 100,000 schedules spreads over the fleet instead of piling up in one node's memory.
@@ -66,28 +66,39 @@ class ScheduleLoop(SideThread):
     def step(self) -> float:
         idle = POLL_S if self._wakeups is None or not self._wakeups.listening else SWEEP_S
         try:
-            while not self._stopping.is_set():
-                room = IN_HAND_MAX - self._dispatcher.in_hand()
-                if room <= 0:
-                    return FULL_S
-                done = stored.fire(
-                    self._database,
-                    self._node_id,
-                    self._jobs,
-                    self._plan,
-                    limit=min(room, stored.ROWS_PER_PASS),
-                    returned=self._dispatcher.returned(),
-                )
-                self._dispatch(done)
-                if len(done.rows) < min(room, stored.ROWS_PER_PASS):
-                    break
+            # Asked first: a sweep that finds nothing due costs one read, not a pass.
             wait = stored.seconds_until_due(self._database, self._jobs)
+            if wait is not None and wait <= 0:
+                if self._fire():
+                    return FULL_S
+                wait = stored.seconds_until_due(self._database, self._jobs)
         except StoreError as error:
             self._log.warning("schedules_failed", error=error.message)
             return POLL_S
         if wait is None:
             return idle
         return min(max(wait, 0.0), idle)
+
+    def _fire(self) -> bool:
+        """Passes over the due schedules until none is left or this node's hands are
+        full (True: look again in a moment)."""
+        while not self._stopping.is_set():
+            room = IN_HAND_MAX - self._dispatcher.in_hand()
+            if room <= 0:
+                return True
+            limit = min(room, stored.ROWS_PER_PASS)
+            done = stored.fire(
+                self._database,
+                self._node_id,
+                self._jobs,
+                self._plan,
+                limit=limit,
+                returned=self._dispatcher.returned(),
+            )
+            self._dispatch(done)
+            if len(done.rows) < limit:
+                return False
+        return False
 
     def _plan(self, row: ScheduleRow, now: datetime) -> Fired | None:
         return plan(self._table, row, now)

@@ -139,3 +139,18 @@ def _statuses(database: Database) -> dict[str, int]:
     with database.autocommit() as connection:
         rows = connection.execute("SELECT status, count(*) FROM scheduler_runs GROUP BY status")
         return {str(status): int(count) for status, count in rows}
+
+
+def test_no_transaction_of_the_scheduler_compiles_its_plans(postgres_url: str) -> None:
+    """JIT is off in every transaction (a claim's plan on a large runs table crossed
+    `jit_above_cost` and spent most of its time compiling), and only in it."""
+    database = open_database(postgres_url)
+    try:
+        with database.guarded(jobs=["a"]) as guarded:
+            assert guarded.connection.execute("SHOW jit").scalar() == "off"
+        with database.guarded() as guarded:
+            assert guarded.connection.execute("SHOW jit").scalar() == "off"
+        with database.transaction() as connection:
+            assert connection.execute("SHOW jit").scalar() == "off"
+    finally:
+        database.dispose()
