@@ -274,8 +274,8 @@ class Schedules:
             spec.key,
             cron=spec.cron,
             every=spec.every,
-            start=_given(spec.start),
-            at=_given(spec.at),
+            start=spec.start,
+            at=spec.at,
             timezone=spec.timezone,
             now=now,
         )
@@ -355,8 +355,8 @@ class Schedules:
                     key,
                     cron=cron,
                     every=every,
-                    start=_given(start),
-                    at=_given(at),
+                    start=start,
+                    at=at,
                     timezone=timezone if timezone is not None else old.timezone,
                     now=now,
                 )
@@ -710,12 +710,6 @@ def _overrides(
 
 def _window(policy: Overrides) -> timedelta:
     return timedelta(seconds=policy[1]) if policy[1] is not None else Policy().catchup_window
-
-
-def _given(value: datetime | str | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return value  # type: ignore[return-value]  # parse_trigger reads ISO text
 
 
 def _same_trigger(

@@ -95,14 +95,15 @@ def parse_trigger(
     *,
     cron: str | None = None,
     every: Duration | None = None,
-    start: datetime | None = None,
-    at: datetime | None = None,
+    start: datetime | str | None = None,
+    at: datetime | str | None = None,
     timezone: str = "UTC",
     now: datetime,
 ) -> Trigger:
     """Check a schedule's trigger; raise ScheduleDefinitionError naming the key and field.
 
-    `start` of an interval defaults to `now`, cut to the whole second; an interval's
+    `start` and `at` are aware datetimes or ISO-8601 text. `start` of an interval
+    defaults to `now`, cut to the whole second; an interval's
     `timezone` only names its periods for people (an interval is the same in every zone).
     """
     zone = _zone(key, timezone)

@@ -104,7 +104,7 @@ def test_parameters_are_counted_as_inspect_counts_them(func: Any) -> None:
 def test_defaults_follow_the_design() -> None:
     declared = job("0 * * * *")(lambda: None)
     policy = declared.policy
-    assert declared.schedule.timezone == "UTC"
+    assert declared.timed.timezone == "UTC"
     assert (policy.overlap, policy.catchup, policy.isolation) == (
         Overlap.SKIP,
         Catchup.ALL,
