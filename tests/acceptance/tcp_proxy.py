@@ -10,7 +10,11 @@ touching the shared database server:
   that finds the session idle, so for a statement inside a transaction, the COMMIT's;
 - `freeze_after(marker)`: the next request whose text contains `marker` reaches the
   server, and then every byte is held, as by `freeze()` (a partition that falls in the
-  middle of a transaction: the server holds its locks, the client never hears back).
+  middle of a transaction: the server holds its locks, the client never hears back);
+- `hold_reply_to(marker)`: as `lose_reply_to`, but instead of closing the connection,
+  every byte from that reply on is held, as by `freeze()` (a partition right after a
+  commit: the write landed, its writer never hears so, and the server keeps the
+  writer's sessions).
 
 Reading replies needs the PostgreSQL wire protocol's framing (a type byte and a length)
 and nothing more, so connections must not use TLS or GSS encryption: point the node at
@@ -35,6 +39,7 @@ class _Trap:
 
     marker: bytes
     sprung: threading.Event
+    holds: bool = False  # hold the reply (a partition) instead of closing (a drop)
 
 
 class _Pair:
@@ -82,30 +87,42 @@ class _Pair:
                     continue
                 buffer += data
                 forward, buffer, spring = self._frame(buffer)
-                if spring:
+                if spring is not None and not spring.holds:
                     self.close()
                     return
                 self.client.sendall(forward)
+                if spring is not None:  # the reply and all after it wait for a thaw
+                    self.proxy.flowing.clear()
+                    spring.sprung.set()
+                    self.proxy.flowing.wait()
+                    forward, buffer, _ = self._frame(buffer)
+                    self.client.sendall(forward)
         self.proxy.flowing.wait()
         with suppress(OSError):
             self.client.shutdown(socket.SHUT_WR)
 
-    def _frame(self, buffer: bytes) -> tuple[bytes, bytes, bool]:
+    def _frame(self, buffer: bytes) -> tuple[bytes, bytes, _Trap | None]:
         """Split complete server messages off `buffer`: (bytes to forward, the rest, and
-        whether an armed trap springs on a ReadyForQuery among them)."""
+        the armed trap if it springs on a ReadyForQuery among them: a trap that holds
+        leaves that message at the head of the rest)."""
         forward = bytearray()
         while len(buffer) >= 5:
             (length,) = struct.unpack("!I", buffer[1:5])
             if len(buffer) < 1 + length:
                 break
-            message, buffer = buffer[: 1 + length], buffer[1 + length :]
+            message, rest = buffer[: 1 + length], buffer[1 + length :]
             with self.proxy.lock:
                 trap = self.armed
             if trap is not None and message[:1] == READY_FOR_QUERY and message[5:6] == IDLE:
+                with self.proxy.lock:
+                    self.armed = None
+                if trap.holds:
+                    return bytes(forward), buffer, trap
                 trap.sprung.set()
-                return bytes(forward), b"", True
+                return bytes(forward), b"", trap
             forward += message
-        return bytes(forward), buffer, False
+            buffer = rest
+        return bytes(forward), buffer, None
 
 
 class Proxy:
@@ -185,6 +202,15 @@ class Proxy:
         """Arm a one-shot lost acknowledgement; the event is set once it happened."""
         assert self.framed, "lose_reply_to needs Proxy(..., framed=True)"
         trap = _Trap(marker, threading.Event())
+        with self.lock:
+            self.trap = trap
+        return trap.sprung
+
+    def hold_reply_to(self, marker: bytes) -> threading.Event:
+        """Arm a one-shot partition right after the commit of the next statement
+        containing `marker`; the event is set once it fell (thaw to end it)."""
+        assert self.framed, "hold_reply_to needs Proxy(..., framed=True)"
+        trap = _Trap(marker, threading.Event(), holds=True)
         with self.lock:
             self.trap = trap
         return trap.sprung
