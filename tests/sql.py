@@ -49,9 +49,13 @@ def table_names(connection: Connection) -> set[str]:
     return set(connection.execute(sql).scalars())
 
 
-def started_at(database: Database, run_id: str, moment: Any) -> None:
-    """Say the run's body started at `moment`. Tests write periods as fixed instants of
-    the past; overlap skips a period only behind a body that was running when the
-    period fell due, so a test of a skip dates its running body back to its period."""
+def began_at(database: Database, run_id: str, moment: Any) -> None:
+    """Date the run's start and its holder's word that the body began to `moment`.
+    Tests write periods as fixed instants of the past; overlap skips a period only
+    behind a body said to have begun by the period's instant, so a test of a skip dates
+    its running body back to its period."""
     with database.transaction() as connection:
-        assert update(connection, "scheduler_runs", {"id": run_id}, started_at=moment) == 1
+        changed = update(
+            connection, "scheduler_runs", {"id": run_id}, started_at=moment, began_at=moment
+        )
+        assert changed == 1

@@ -72,6 +72,8 @@ class _Held:
     # When the renewal thread renews its lease next (monotonic).
     renew_at: float
     lost: bool = False
+    # Its function has been called and the renewal thread has yet to say so.
+    unsaid: bool = False
 
 
 class _Deadline(threading.Event):
@@ -190,6 +192,9 @@ class WorkerRuns:
         self._leases.watch(claim.key, valid_until(claim.lease_from, claim.lease_seconds))
         try:
             log.info("run_started", origin=claim.origin.value, queued_ms=delivery.queued_ms)
+            with self._lock:  # said by the renewal thread once the call is under way
+                held.unsaid = True
+                self._changed.notify()
             began = time.monotonic()
             with watching.current():
                 outcome = self._executors.for_job(job).call(job, context, _no_child)
@@ -240,19 +245,33 @@ class WorkerRuns:
 
     def _renew_forever(self) -> None:
         """One thread renews every run of the process, each a third of the way into its
-        lease (a delivery's holder name is its own, so one statement a run)."""
+        lease (a delivery's holder name is its own, so one statement a run), and says
+        which bodies have begun (`store.writes.record`)."""
         while True:
             with self._lock:
                 now = time.monotonic()
                 due = [held for held in self._held.values() if held.renew_at <= now]
-                if not due:
+                unsaid = [held for held in self._held.values() if held.unsaid]
+                if not due and not unsaid:
                     later = [held.renew_at for held in self._held.values()]
                     self._changed.wait(min(later) - now if later else None)
                     continue
                 for held in due:
                     held.renew_at = now + held.claim.lease_seconds / 3
+                for held in unsaid:
+                    held.unsaid = False
+            if unsaid:
+                self._say_began(unsaid)
             for held in due:
                 self._renew(held)
+
+    def _say_began(self, unsaid: Sequence[_Held]) -> None:
+        """Only a body said to have begun makes a later period skip; unsaid (the
+        database away), the periods wait their turn instead."""
+        try:
+            writes.began(self._database, [held.claim for held in unsaid])
+        except StoreError as error:
+            self._log.warning("run_began_unsaid", runs=len(unsaid), error=error.message)
 
     def _renew(self, held: _Held) -> None:
         claim = held.claim

@@ -322,6 +322,9 @@ class Dispatcher:
         if not active.said_started:
             context.log.info("run_started", origin=claim.origin.value)
         metrics.record_start(claim.job, claim.period)
+        # Said once the call is under way (the writer lingers before it writes), never
+        # before: a start the database has is no proof that the body ever ran.
+        self._writer.began(claim)
         began = time.monotonic()
         with watching.current():
             outcome = self._executors.for_job(job).call(job, context, partial(self._attach, active))

@@ -9,6 +9,12 @@ its outcome was settled: their lines go out in one write, then the runs end. A b
 of short runs so costs a statement per batch, not two transactions a run, and no
 worker waits on a commit after its job has returned.
 
+Begun bodies: a worker says so once it calls the function (`began`), and the writer
+writes it with the next batch, unless the run's outcome is in that batch too (an
+outcome says as much, but for a body that outlives its timeout). Only then may a
+period of the job skip behind the run: a start's commit whose reply was lost says
+nothing about the body (see `store.fence`).
+
 The writer thread outlives any fault: a lost connection or a pool that ran dry is
 retried, a row the database refuses is written alone (and given up alone), and a bug
 in one callback is logged. Once the node is closing it no longer lingers.
@@ -70,7 +76,7 @@ class RunWriter(Worker):
         self._queued: GroupCommit[QueueRequest, Started] = GroupCommit(
             partial(handoff.queue, database), isolate=refused_data
         )
-        self._outcomes: queue.SimpleQueue[tuple[Finish, Then] | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[tuple[Finish, Then] | Claim | None] = queue.SimpleQueue()
         self.start()
 
     def start_one(self, claim: Claim, *, in_turn: bool) -> Started:
@@ -94,6 +100,10 @@ class RunWriter(Worker):
         (applied,), _ = writes.record(self._database, [outcome], [])
         return applied
 
+    def began(self, claim: Claim) -> None:
+        """Queue the word that this run's function has been called."""
+        self._outcomes.put(claim)
+
     def finish_later(self, outcome: Finish, then: Then) -> None:
         """Queue an outcome; `then` runs on the writer thread once it is settled."""
         self._outcomes.put((outcome, then))
@@ -110,12 +120,12 @@ class RunWriter(Worker):
         first = self._outcomes.get()
         if first is None:
             return False
-        batch = [first]
+        taken = [first]
         # Sleep through the linger, then take what came: waiting on the queue instead
         # would wake this thread once for every outcome of a burst. A node that starts
         # closing cuts the linger short.
         self._closing.wait(OUTCOME_LINGER_S)
-        while len(batch) < MAX_BATCH:
+        while len(taken) < MAX_BATCH:
             try:
                 more = self._outcomes.get_nowait()
             except queue.Empty:
@@ -123,22 +133,30 @@ class RunWriter(Worker):
             if more is None:
                 self._outcomes.put(None)  # stop after this batch
                 break
-            batch.append(more)
+            taken.append(more)
+        batch = [item for item in taken if not isinstance(item, Claim)]
+        # A body whose outcome is here needs no word of its own, unless it outlives it.
+        ended = {outcome.claim.key for outcome, _ in batch if not outcome.lingering}
+        began = [item for item in taken if isinstance(item, Claim) and item.key not in ended]
         try:
-            self._settle(batch)
+            self._settle(batch, began)
         except Exception:
             self._tell([(then, Settled.LOST) for _, then in batch])
             raise
         return True
 
-    def _settle(self, batch: list[tuple[Finish, Then]]) -> None:
+    def _settle(self, batch: list[tuple[Finish, Then]], began: Sequence[Claim] = ()) -> None:
         """Write a batch until it lands; split it when one row may be at fault."""
         backoff = Backoff(self._closing)
         while True:
             try:
-                applied, _ = writes.record(self._database, [outcome for outcome, _ in batch], [])
+                applied, _ = writes.record(
+                    self._database, [outcome for outcome, _ in batch], [], began=began
+                )
             except StoreError as error:
-                if refused_data(error) and len(batch) > 1:
+                if refused_data(error) and (len(batch) > 1 or began):
+                    if began:  # a word on a body is worth no outcome: left unsaid
+                        self._log.warning("run_began_unsaid", runs=len(began), error=error.message)
                     for one in batch:
                         self._settle([one])
                     return

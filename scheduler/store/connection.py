@@ -33,6 +33,7 @@ TIMESTAMP_COLUMNS = frozenset(
         "claimed_at",
         "queued_at",
         "started_at",
+        "began_at",
         "finished_at",
         "retry_at",
         "first_seen",

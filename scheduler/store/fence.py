@@ -30,8 +30,10 @@ RETRYABLE_SQL = ", ".join(f"'{status}'" for status in RETRYABLE)
 # The scheduler's own late work: a catch-up, a retry or a takeover of a scheduled period.
 LATE_WORK_SQL = "(other.origin = 'catchup' OR (other.origin = 'schedule' AND other.attempt > 1))"
 # Overlap: a period is skipped only while a body of an earlier period of its job runs
-# that was running when the period fell due (it started no later than the period's
-# instant), under a holder alive by every evidence: its lease live, its liveness lock
+# that was running when the period fell due (its holder had said the body began,
+# `began_at`, no later than the period's instant: a start whose commit its holder never
+# heard of marks a run running whose body may never run), under a holder alive by
+# every evidence: its lease live, its liveness lock
 # held where it has one (`doubtful` names the holders whose lock went: the claim
 # statements read them once), and its function not known to have returned (a holder's
 # own claim names its runs whose outcome is still being written, `:returned`). Then it
@@ -40,8 +42,9 @@ LATE_WORK_SQL = "(other.origin = 'catchup' OR (other.origin = 'schedule' AND oth
 # a retry, a takeover) does not, and the periods already waiting their turn do. So
 # behind an on-time body the next period is skipped at once; behind late work the
 # first waits and only the next is skipped; and nothing else ever makes a period skip:
-# a claim not started (a stall's backlog), a body that started after the period fell
-# due (a peer's leftover claimed late), a function that returned, a holder in doubt.
+# a claim not started (a stall's backlog), a start not yet known to have begun its body,
+# a body that began after the period fell due (a peer's leftover claimed late), a
+# function that returned, a holder in doubt.
 # Those periods wait their turn instead and run oldest first. `other` is the earlier
 # run's alias, `now` the database clock's SQL, `period` the new period's.
 
@@ -52,7 +55,7 @@ def running_body_sql(now: str, period: str, returned: str, doubtful: str) -> str
     a holder whose liveness lock went."""
     return (
         f"(other.live AND other.status IN ('running', 'timed_out')"
-        f" AND other.lease_expires_at > {now} AND other.started_at <= {period}"
+        f" AND other.lease_expires_at > {now} AND other.began_at <= {period}"
         f" AND NOT ({returned}) AND NOT ({doubtful}))"
     )
 

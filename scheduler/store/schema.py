@@ -98,6 +98,11 @@ runs = Table(
     Column("queued_at", UTCDateTime()),
     Column("queue", String(200)),
     Column("started_at", UTCDateTime()),
+    # When the holder said the body had begun (written after the function was called,
+    # so no later than this): only a body known to have begun by a period's instant
+    # makes that period skip for overlap. A start's commit whose reply never reached its
+    # holder leaves this empty: the body may never have run.
+    Column("began_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
     Column("duration_ms", Integer),
     Column("error_type", String(200)),

@@ -124,7 +124,8 @@ def retake(
             f"""UPDATE {RUNS} SET attempt = :new_attempt, holder = :holder, status = 'claimed',
                     reason = NULL, origin = :origin, lease_expires_at = {lease},
                     claimed_at = {database.now}, queued_at = NULL, queue = NULL,
-                    started_at = NULL, finished_at = NULL, duration_ms = NULL,
+                    started_at = NULL, began_at = NULL, finished_at = NULL,
+                    duration_ms = NULL,
                     retry_at = NULL, error_type = NULL, error_message = NULL,
                     error_traceback = NULL
                 WHERE {observed}""",

@@ -58,11 +58,24 @@ def finish(
     return applied
 
 
+def began(database: Database, claims: Sequence[Claim]) -> None:
+    """Say that these runs' bodies have begun (see `record`)."""
+    record(database, [], [], began=claims)
+
+
 def record(
-    database: Database, outcomes: Sequence[Finish], starts: Sequence[StartRequest]
+    database: Database,
+    outcomes: Sequence[Finish],
+    starts: Sequence[StartRequest],
+    *,
+    began: Sequence[Claim] = (),
 ) -> tuple[list[bool], list[Started]]:
-    """Write many outcomes, then many starts; each row fenced on (id, attempt, holder)
-    on its own, so one refused row does not refuse the others.
+    """Write that bodies began, then many outcomes, then many starts; each row fenced on
+    (id, attempt, holder) on its own, so one refused row does not refuse the others.
+
+    `began`: runs whose function has been called. Written by the holder after the call,
+    never with the start: only then may a period of the job skip behind the run (see
+    `store.fence`). A run no longer running under its fence is left as it is.
 
     Outcomes go first so that a queued period may start right after the period it
     waited for ends. A start also needs a live lease, leaves it as it is (the
@@ -74,17 +87,25 @@ def record(
     and single-writer, takes a statement a row inside one transaction.
     """
     in_turn = {request.claim.job for request in starts if request.in_turn}
-    if database.arrays and in_turn and not outcomes:
+    if database.arrays and in_turn and not outcomes and not began:
         # A start batch (the starter's): the whole guarded transaction in one round trip.
         return [], _start_pipelined(database, starts, in_turn)
     if database.arrays and not in_turn:
         with database.autocommit() as connection:
+            _began_postgres(connection, began)
             return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
     if database.arrays:
         with database.guarded(jobs=in_turn) as guarded:
+            _began_postgres(guarded.connection, began)
             applied = _finish_postgres(guarded.connection, outcomes)
             return applied, _start_postgres(guarded.connection, starts)
     with database.transaction() as connection:
+        for claim in began:
+            connection.execute(
+                f"UPDATE {RUNS} SET began_at = {database.now}"
+                f" WHERE {MINE_SQL} AND status IN ({_BEGUN_SQL}) AND began_at IS NULL",
+                fence_params(claim),
+            )
         applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
         started = [_start_one(database, connection, request) for request in starts]
     return applied, started
@@ -234,6 +255,24 @@ _STILL_WAITING_POSTGRES = f"""
       ON run.id = wanted.id AND run.attempt = wanted.attempt AND run.holder = wanted.holder
     WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND (run.status = 'claimed') IS TRUE
 """
+
+
+# The statuses of a run whose body may still be in its function.
+_BEGUN_SQL = "'running', 'timed_out'"
+_BEGAN_POSTGRES = f"""
+    WITH locked AS ({LOCK_IN_ORDER_SQL})
+    UPDATE {RUNS} AS run SET began_at = statement_timestamp()
+    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
+                        CAST(:holders AS TEXT[])) AS mine(id, attempt, holder)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = mine.id AND run.id = locked.id
+      AND run.attempt = mine.attempt AND run.holder = mine.holder
+      AND (run.status IN ({_BEGUN_SQL})) IS TRUE AND run.began_at IS NULL
+"""
+
+
+def _began_postgres(connection: Connection, claims: Sequence[Claim]) -> None:
+    if claims:
+        connection.execute(_BEGAN_POSTGRES, fence_arrays(claims))
 
 
 def _start_postgres(connection: Connection, requests: Sequence[StartRequest]) -> list[Started]:

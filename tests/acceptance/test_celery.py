@@ -76,6 +76,38 @@ def test_each_period_is_sent_once_and_run_once_on_a_worker(
     assert {e["run_id"] for e in started} >= {row["id"] for row in rows}
 
 
+def test_a_body_running_on_a_worker_makes_the_periods_due_meanwhile_skip(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The worker says its body began (its renewal thread writes `began_at`), and only
+    that makes a later period skip for overlap."""
+    evidence = tmp_path / "executions.txt"
+    env = celery_env(tmp_path, postgres_url, _broker("redis"))
+    env["CELERY_TEST_SLOW"] = "2.5"
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
+    node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
+    try:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(9)
+    finally:
+        assert node.stop() == 0, node.log_path.read_text()[-3000:]
+        time.sleep(3)
+        worker.stop()
+    rows = run_rows(postgres_url, "remote_slow")
+    ran = [row for row in rows if row["status"] == RunStatus.SUCCEEDED]
+    skipped = [row for row in rows if row["status"] == RunStatus.SKIPPED]
+    assert len(ran) >= 2, rows
+    assert len(skipped) >= 4, rows
+    assert {row["reason"] for row in skipped} == {"overlap"}
+    for row in ran:
+        assert row["started_at"] <= row["began_at"] < row["finished_at"], row
+    for skip in skipped:  # each behind a body said to have begun by its instant
+        assert any(
+            row["began_at"] <= skip["period"] and row["finished_at"] >= skip["claimed_at"]
+            for row in ran
+        ), skip
+
+
 def _wait_row(
     url: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30
 ) -> dict[str, Any]:

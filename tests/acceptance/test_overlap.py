@@ -58,6 +58,12 @@ def test_skip_never_runs_two_periods_at_once(history: dict[str, list[dict[str, A
     assert len(skipped) >= 6
     assert {row["reason"] for row in skipped} == {Reason.OVERLAP}
     assert {row["status"] for row in rows} <= {RunStatus.SUCCEEDED, RunStatus.SKIPPED}
+    # What the skips stood on: each 3-second body was said to have begun, after its
+    # start and long before its end (the word travels with the node's next write).
+    for row in rows:
+        if row["status"] == RunStatus.SUCCEEDED:
+            assert row["started_at"] <= row["began_at"] < row["finished_at"]
+            assert row["began_at"] - row["started_at"] < timedelta(seconds=1)
 
 
 def test_queue_runs_the_waiting_period_after_the_running_one(

@@ -18,7 +18,7 @@ from scheduler.store import claims, job_sets, periods, prune, writes
 from scheduler.store import deliveries as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import Database
-from tests.sql import insert, started_at
+from tests.sql import began_at, insert
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NODE = "node-a"
@@ -28,7 +28,7 @@ BOOM = Failure("ValueError", "boom", "Traceback …")
 def _held(database: Database, job: str, period: datetime, overlap_limit: int | None = 1) -> Claim:
     (claim,) = claims.claim(database, [Due(job, period, 30, overlap_limit)], NODE).won
     writes.start(database, claim)
-    started_at(database, claim.id, period)
+    began_at(database, claim.id, period)
     return claim
 
 

@@ -10,7 +10,7 @@ from scheduler.model import Claim, Due, Started
 from scheduler.states import RunStatus
 from scheduler.store import claims, queries, renewals, writes
 from scheduler.store.database import Database, open_database
-from tests.sql import started_at
+from tests.sql import began_at
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -116,7 +116,7 @@ def test_a_backlog_behind_a_running_period_is_skipped(database: Database) -> Non
     any single period would be."""
     (running,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
     assert writes.start(database, running) is Started.STARTED
-    started_at(database, running.id, PERIOD)
+    began_at(database, running.id, PERIOD)
     backlog = [Due("sync", PERIOD + timedelta(seconds=n), 30) for n in range(1, 4)]
     result = claims.claim(database, backlog, "node-b")
     assert result.won == []
@@ -164,7 +164,7 @@ def test_a_period_claimed_while_a_later_one_runs_waits_for_it(database: Database
     assert writes.start(database, earlier, in_turn=True) is Started.WAIT
     writes.finish(database, later, RunStatus.SUCCEEDED, 1)
     assert writes.start(database, earlier, in_turn=True) is Started.STARTED
-    started_at(database, earlier.id, PERIOD + timedelta(seconds=1))
+    began_at(database, earlier.id, PERIOD + timedelta(seconds=1))
     # And the period after both is skipped while P runs, as any period due meanwhile.
     after = claims.claim(database, [Due("sync", PERIOD + timedelta(seconds=2), 30)], "node-a")
     assert after.won == []

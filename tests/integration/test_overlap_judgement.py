@@ -1,10 +1,12 @@
 """`overlap="skip"` skips a period only behind a body of its job that was running when
 the period fell due and still runs under a live holder (issue 41, item 3): a claimed,
-unstarted run, a body that started late, a body whose function returned, and a holder
-whose liveness lock went all make a later period wait its turn instead."""
+unstarted run, a start whose holder never said its body began, a body that started
+late, a body whose function returned, and a holder whose liveness lock went all make a
+later period wait its turn instead."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +15,7 @@ from scheduler.model import Due, NodeIdentity, Started
 from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, nodes, writes
 from scheduler.store.database import Database
-from tests.sql import started_at, update
+from tests.sql import began_at, rows, update
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEXT = PERIOD + timedelta(seconds=1)
@@ -22,7 +24,7 @@ NEXT = PERIOD + timedelta(seconds=1)
 def _running(database: Database, holder: str = "node-a", *, since: datetime = PERIOD) -> str:
     (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], holder).won
     assert writes.start(database, first) is Started.STARTED
-    started_at(database, first.id, since)
+    began_at(database, first.id, since)
     return first.id
 
 
@@ -30,6 +32,38 @@ def test_a_period_is_skipped_behind_a_body_running_when_it_fell_due(database: Da
     _running(database)
     result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
     assert result.won == []
+    assert [result.reasons[claim.id] for claim in result.skipped] == [Reason.OVERLAP]
+
+
+def test_a_start_not_said_to_have_begun_its_body_makes_a_later_period_wait(
+    database: Database,
+) -> None:
+    """The start's commit is all the database has (its reply may have been lost and its
+    holder killed before the call): the body may never run, so nothing skips behind it."""
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    assert writes.start(database, first) is Started.STARTED
+    with database.transaction() as connection:
+        update(connection, "scheduler_runs", {"id": first.id}, started_at=PERIOD)
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    assert result.skipped == []
+    assert len(result.won) == 1
+
+
+def test_the_holders_word_that_the_body_began_is_what_makes_a_period_skip(
+    database: Database,
+) -> None:
+    (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
+    writes.began(database, [first])  # before its start: no word on a run not running
+    assert rows(database, "scheduler_runs", id=first.id)[0]["began_at"] is None
+    assert writes.start(database, first) is Started.STARTED
+    writes.began(database, [replace(first, holder="node-b")])  # not its holder: refused
+    assert rows(database, "scheduler_runs", id=first.id)[0]["began_at"] is None
+    writes.began(database, [first])
+    (row,) = rows(database, "scheduler_runs", id=first.id)
+    assert row["began_at"] is not None
+    assert row["began_at"] >= row["started_at"]
+    began_at(database, first.id, PERIOD)  # dated back to the fixed period of the test
+    result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
     assert [result.reasons[claim.id] for claim in result.skipped] == [Reason.OVERLAP]
 
 
@@ -68,7 +102,7 @@ def test_queue_skips_only_behind_a_running_body_and_one_waiting(database: Databa
     for item in backlog:  # nothing runs: every period of a stall waits
         assert claims.claim(database, [item], "node-b").won
     assert writes.start(database, first, in_turn=True) is Started.STARTED
-    started_at(database, first.id, PERIOD)
+    began_at(database, first.id, PERIOD)
     later = Due("sync", PERIOD + timedelta(seconds=4), 30, overlap_limit=2)
     assert claims.claim(database, [later], "node-b").skipped
 

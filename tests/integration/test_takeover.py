@@ -11,7 +11,7 @@ from scheduler.model import Due, Failure, Finish, Started, StartRequest
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import claims, queries, renewals, takeover, writes
 from scheduler.store.database import Database
-from tests.sql import rows, started_at, update
+from tests.sql import began_at, rows, update
 
 PERIOD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NEXT = PERIOD + timedelta(seconds=1)
@@ -32,7 +32,7 @@ def _attempt_rows(database: Database, run_id: str) -> list[dict[str, object]]:
 def test_skip_records_the_overlapping_period_as_skipped(database: Database) -> None:
     (first,) = claims.claim(database, [Due("sync", PERIOD, 30)], "node-a").won
     assert writes.start(database, first) is Started.STARTED
-    started_at(database, first.id, PERIOD)
+    began_at(database, first.id, PERIOD)
     result = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
     assert result.won == []
     (skipped,) = result.skipped
@@ -54,7 +54,7 @@ def test_allow_claims_alongside_a_running_period(database: Database) -> None:
 def test_queue_holds_one_waiting_period_and_starts_it_after_the_first(database: Database) -> None:
     (first,) = claims.claim(database, [Due("sync", PERIOD, 30, overlap_limit=2)], "node-a").won
     assert writes.start(database, first, in_turn=True) is Started.STARTED
-    started_at(database, first.id, PERIOD)
+    began_at(database, first.id, PERIOD)
     (waiting,) = claims.claim(database, [Due("sync", NEXT, 30, overlap_limit=2)], "node-b").won
     assert claims.claim(database, [Due("sync", AFTER, 30, overlap_limit=2)], "node-c").skipped
     assert writes.start(database, waiting, in_turn=True) is Started.WAIT

@@ -87,3 +87,18 @@ def remote_tenant(ctx: RunContext, *, tenant: int) -> None:
     """A template run on the workers: each schedule created at run time gives it a tenant."""
     with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
         log.write(f"{ctx.period.isoformat()} {ctx.node} {ctx.attempt} {ctx.schedule} {tenant}\n")
+
+
+if os.environ.get("CELERY_TEST_SLOW"):
+
+    @job(
+        cron="* * * * * *",
+        name="remote_slow",
+        lease=LEASE,
+        overlap="skip",
+        executor=celery(app=app, queue=QUEUE, deadline=DEADLINE),
+    )
+    def remote_slow(ctx: RunContext) -> None:
+        """Longer than its period: the periods due while it runs are skipped."""
+        time.sleep(float(os.environ["CELERY_TEST_SLOW"]))
+        _evidence(ctx)
