@@ -156,6 +156,7 @@ class Daemon:
             clock=self._clock,
             peers=self.peers,
             halt=self._stop,
+            schedule_jobs=tuple(sorted(table.code)),
         )
         self._recovery = Recovery(
             database=database,

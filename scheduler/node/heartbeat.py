@@ -51,6 +51,7 @@ class Heartbeat(SideThread):
         clock: Clock,
         peers: Peers,
         halt: threading.Event,
+        schedule_jobs: tuple[str, ...] = (),
     ) -> None:
         # Its own stop event (it beats on while the node drains); a crash halts the node.
         super().__init__("heartbeat", StopSignal(), log, halt=halt)
@@ -61,6 +62,7 @@ class Heartbeat(SideThread):
         self._peers = peers
         self._node_id = node_id
         self._interval = interval
+        self._schedule_jobs = schedule_jobs
         self._clock = clock
         self._skewed = False
         # Since when beats fail (this process's clock), and when that was last said.
@@ -94,6 +96,7 @@ class Heartbeat(SideThread):
                 self._node_id,
                 alive_within=SILENT_BEATS * self._interval,
                 liveness=self.liveness is not None,
+                schedule_jobs=self._schedule_jobs,
             )
         except StoreError as error:
             # Tried every quarter second while it fails: said at once, then every few

@@ -1,7 +1,9 @@
 """The schedules loop: fires the schedules created at run time whose job this node runs.
 
 It sleeps until the earliest such schedule is due, or until a change is heard (a
-`schedule` notification; in poll mode it looks every second), then passes over the due
+`schedule` notification, or the heartbeat's reading of the next due instant, which
+stands in for a sweep in case a notification was missed; in poll mode it looks every
+second), then passes over the due
 rows in batches (`store.schedules.fire`: one transaction each, rows other nodes are
 firing skipped), hands the periods it claimed to the dispatcher and logs them as the
 daemon logs its own claims. Nothing of the schedules is kept between passes: a node
@@ -31,8 +33,9 @@ from scheduler.supervision import SideThread
 
 # Without notifications (SQLite, a pooler): how often to look for changes.
 POLL_S = 1.0
-# With them: how often to look all the same, in case one was missed (one read).
-SWEEP_S = 60.0
+# With them: the heartbeat reads when the next schedule is due and wakes the loop, so
+# an idle node costs no transaction of the loop's own; a long sleep all the same.
+SWEEP_S = 3600.0
 # Runs a node holds at most before it fires more: due rows it leaves stay due for the
 # other nodes (whose passes skip nothing it locks) or for its next pass, so a peak of
 # 100,000 schedules spreads over the fleet instead of piling up in one node's memory.

@@ -175,5 +175,7 @@ class Wakeups:
                 self.alerts.stuck_reported_late()
             if beat.alerts_in is not None:
                 self.alerts.due_in(max(0.0, beat.alerts_in))
+        if self.schedules is not None and beat.schedules_in is not None:
+            self.schedules.wake_in(max(0.0, beat.schedules_in))
         if self.watch is not None:
             self.watch.ring(beat.ring)

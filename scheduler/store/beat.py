@@ -4,8 +4,9 @@ It writes the node's row and renews the leases held in its name, and reads what 
 node would otherwise have to poll for: the database clock, the live peers, the nodes
 whose liveness lock went, the ring of nodes to watch, the next lease expiry or retry
 anywhere, whether an operator request of its jobs waits, when the next alert event of
-its jobs may be tried and whether an item is stuck that no event tells of yet, and
-whether its own liveness lock is still held. One commit a beat: an idle node costs the
+its jobs may be tried and whether an item is stuck that no event tells of yet, when
+the next schedule created at run time of its jobs is due, and whether its own liveness
+lock is still held. One commit a beat: an idle node costs the
 database that and nothing more.
 """
 
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.model import ClockReading, Held
-from scheduler.store import deliveries, items, nodes, renewals, requests, takeover
+from scheduler.store import deliveries, items, nodes, renewals, requests, schedules, takeover
 from scheduler.store.database import Connection, Database
 from scheduler.store.nodes import NODES, Watched
 
@@ -41,13 +42,23 @@ class Beat:
     alerts_in: float | None
     stuck_unreported: bool
     liveness_held: bool
+    # Seconds until the next schedule of the node's jobs is due (negative if come).
+    schedules_in: float | None = None
     # The liveness key the node's row names (None without one, and on SQLite): the
     # ring was read while that lock was held, if `liveness_held`.
     liveness_key: int | None = None
 
 
-def beat(database: Database, node_id: str, *, alive_within: float, liveness: bool) -> Beat:
-    """One heartbeat; `liveness`: the node holds a liveness lock to check on."""
+def beat(
+    database: Database,
+    node_id: str,
+    *,
+    alive_within: float,
+    liveness: bool,
+    schedule_jobs: tuple[str, ...] = (),
+) -> Beat:
+    """One heartbeat; `liveness`: the node holds a liveness lock to check on;
+    `schedule_jobs`: the jobs whose schedules it fires."""
     with database.transaction() as connection:
         connection.execute(
             f"UPDATE {NODES} SET heartbeat_at = {database.now} WHERE id = :id",
@@ -60,7 +71,13 @@ def beat(database: Database, node_id: str, *, alive_within: float, liveness: boo
             peers = nodes.peers_on(database, connection, node_id, alive_within)
             return Beat(held, clock, peers, [], [], None, False, None, False, True)
         return _read_postgres(
-            database, connection, held, node_id, alive_within=alive_within, liveness=liveness
+            database,
+            connection,
+            held,
+            node_id,
+            alive_within=alive_within,
+            liveness=liveness,
+            schedule_jobs=schedule_jobs,
         )
 
 
@@ -72,10 +89,12 @@ def _read_postgres(
     *,
     alive_within: float,
     liveness: bool,
+    schedule_jobs: tuple[str, ...],
 ) -> Beat:
     """Everything a beat learns, as one statement: each store module's own query, asked
     at once (one round trip, not ten: an idle node's CPU is mostly its heartbeat)."""
     statement, parameters = _reads(database, node_id, alive_within=alive_within, liveness=liveness)
+    parameters = {**parameters, "schedule_jobs": list(schedule_jobs)}
     sent = time.monotonic()
     row = connection.execute(statement, parameters).one()
     received = time.monotonic()
@@ -93,6 +112,7 @@ def _read_postgres(
         stuck_unreported=bool(row.stuck_unreported),
         liveness_held=own_held,
         liveness_key=own_key,
+        schedules_in=deliveries.seconds_to(row.schedule_at, now),
     )
 
 
@@ -116,6 +136,7 @@ def _reads(
                EXISTS ({requests.pending_query(database)}) AS requests_waiting,
                ({deliveries.next_due_query()}) AS free_at,
                {items.unreported_stuck_query()} AS stuck_unreported,
+               ({schedules.next_due_query(":schedule_jobs")}) AS schedule_at,
                {own} AS own_lock
     """
     return statement, {**parameters, "own_id": node_id}

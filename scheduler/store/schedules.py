@@ -443,6 +443,18 @@ def _move_on(
     )
 
 
+def next_due_query(jobs: str) -> str:
+    """PostgreSQL: the earliest instant a schedule of the jobs in the array `jobs` (its
+    SQL) is due, or NULL: the first row of each job's range of the due index."""
+    return f"""SELECT min(first.next_due_at)
+        FROM unnest(CAST({jobs} AS TEXT[])) AS wanted(job)
+        CROSS JOIN LATERAL (
+            SELECT next_due_at FROM {SCHEDULES}
+            WHERE job = wanted.job AND next_due_at IS NOT NULL AND NOT paused
+              AND deleted_at IS NULL
+            ORDER BY next_due_at LIMIT 1) AS first"""
+
+
 def seconds_until_due(database: Database, jobs: Collection[str]) -> float | None:
     """How long until the earliest schedule of these jobs is due (≤ 0: now); None if
     none ever will be. PostgreSQL reads the first row of each job's range of the due
@@ -450,15 +462,8 @@ def seconds_until_due(database: Database, jobs: Collection[str]) -> float | None
     if not jobs:
         return None
     if database.server_clock:
-        statement = f"""
-            SELECT extract(epoch FROM min(first.next_due_at) - statement_timestamp()) AS wait_s
-            FROM unnest(CAST(:jobs AS TEXT[])) AS wanted(job)
-            CROSS JOIN LATERAL (
-                SELECT next_due_at FROM {SCHEDULES}
-                WHERE job = wanted.job AND next_due_at IS NOT NULL AND NOT paused
-                  AND deleted_at IS NULL
-                ORDER BY next_due_at LIMIT 1) AS first
-        """
+        statement = f"""SELECT extract(epoch FROM ({next_due_query(":jobs")})
+                                      - statement_timestamp()) AS wait_s"""
     else:
         statement = f"""
             SELECT (julianday(min(next_due_at)) - julianday(:now)) * 86400 AS wait_s

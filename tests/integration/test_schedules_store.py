@@ -23,7 +23,7 @@ from scheduler.node.upcoming import jitter_delay
 from scheduler.run.job_table import JobTable
 from scheduler.schedules import ScheduleExistsError, Schedules
 from scheduler.states import RunStatus
-from scheduler.store import prune, writes
+from scheduler.store import beat, prune, writes
 from scheduler.store import schedules as stored
 from scheduler.store.database import Database, open_database
 from tests.acceptance.jobmods.tenants import tenant_report
@@ -373,3 +373,29 @@ def test_a_jittered_period_fires_once_its_delay_has_passed(
         following + jitter_delay(job, following),
         following,
     )
+
+
+def test_the_heartbeat_reads_when_the_nodes_next_schedule_is_due(
+    postgres_database: Database, postgres_schedules: Schedules
+) -> None:
+    """An idle node's schedules loop makes no transaction of its own: the beat it makes
+    anyway says when to look (and stands in for a sweep, in case a notice was lost)."""
+
+    def read(jobs: tuple[str, ...]) -> float | None:
+        return beat.beat(
+            postgres_database, "node-a", alive_within=30, liveness=False, schedule_jobs=jobs
+        ).schedules_in
+
+    assert read(("tenant_report",)) is None
+    start = _now(postgres_database) + timedelta(seconds=40)
+    postgres_schedules.create("later", "tenant_report", at=start, args={"tenant": 1})
+    soon = _now(postgres_database) + timedelta(seconds=20)
+    postgres_schedules.create("soon", "tenant_report", at=soon, args={"tenant": 2})
+    due_in = read(("tenant_report",))
+    assert due_in is not None
+    assert 15 < due_in <= 20
+    assert read(("other_job",)) is None  # another node's job: not this node's to fire
+    postgres_schedules.pause("soon")
+    due_in = read(("tenant_report", "other_job"))
+    assert due_in is not None
+    assert 35 < due_in <= 40
