@@ -200,23 +200,22 @@ class Schedules:
     ) -> Schedule:
         """A new schedule; `ScheduleExistsError` if the key has a live one (a deleted
         one's key may be taken again: periods it already claimed are not run twice)."""
-        return self._put(
+        spec = Spec(
             key,
             job,
-            cron=cron,
-            every=every,
-            start=start,
-            at=at,
-            timezone=timezone,
-            args=args,
-            catchup=catchup,
-            catchup_window=catchup_window,
-            catchup_limit=catchup_limit,
-            jitter=jitter,
-            paused=paused,
-            connection=connection,
-            replace=False,
+            cron,
+            every,
+            start,
+            at,
+            timezone,
+            args,
+            catchup,
+            catchup_window,
+            catchup_limit,
+            jitter,
+            paused,
         )
+        return self._put(spec, connection=connection, replace=False)
 
     def create_many(self, specs: Iterable[Spec], *, connection: object | None = None) -> int:
         """Create many schedules at once (a tenant import, a migration from another
@@ -306,23 +305,22 @@ class Schedules:
         """Create the schedule, or make an existing one exactly this (idempotent: what a
         deployment or a sync from the application's own table calls). A changed trigger
         keeps what the old one owes and never runs the new one's past."""
-        return self._put(
+        spec = Spec(
             key,
             job,
-            cron=cron,
-            every=every,
-            start=start,
-            at=at,
-            timezone=timezone,
-            args=args,
-            catchup=catchup,
-            catchup_window=catchup_window,
-            catchup_limit=catchup_limit,
-            jitter=jitter,
-            paused=paused,
-            connection=connection,
-            replace=True,
+            cron,
+            every,
+            start,
+            at,
+            timezone,
+            args,
+            catchup,
+            catchup_window,
+            catchup_limit,
+            jitter,
+            paused,
         )
+        return self._put(spec, connection=connection, replace=True)
 
     def change(
         self,
@@ -474,33 +472,16 @@ class Schedules:
 
     # -- inside -------------------------------------------------------------------
 
-    def _put(
-        self,
-        key: str,
-        job: str | Job,
-        *,
-        cron: str | None,
-        every: Duration | None,
-        start: datetime | str | None,
-        at: datetime | str | None,
-        timezone: str,
-        args: dict[str, Any] | None,
-        catchup: str | None,
-        catchup_window: Duration | None,
-        catchup_limit: int | None,
-        jitter: Duration | None,
-        paused: bool,
-        connection: object | None,
-        replace: bool,
-    ) -> Schedule:
-        key = _check_key(key)
+    def _put(self, spec: Spec, *, connection: object | None, replace: bool) -> Schedule:
+        """`create` (`replace` False) or `replace` one schedule."""
+        key = _check_key(spec.key)
+        job, paused = spec.job, spec.paused
         local = isinstance(job, Job)
         name = job.name if isinstance(job, Job) else _check_job_name(key, job)
-        arguments = _check_args(key, args if args is not None else {})
-        policy = _overrides(key, catchup, catchup_window, catchup_limit, jitter)
+        arguments = _check_args(key, spec.args if spec.args is not None else {})
+        policy = _overrides(key, spec.catchup, spec.catchup_window, spec.catchup_limit, spec.jitter)
         with rows.within(self._database, connection) as conn:
             now = rows.clock(conn)
-            spec = Spec(key, name, cron, every, start, at, timezone)
             trigger = self._trigger(spec, policy, now)
             if not local and not rows.job_known(conn, name):
                 raise ScheduleDefinitionError(

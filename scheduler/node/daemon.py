@@ -23,12 +23,13 @@ from datetime import datetime, timedelta
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import config, identity, logs, metrics
+from scheduler import config, identity, metrics
 from scheduler.durations import parse_duration
 from scheduler.model import ClaimResult, Due, NodeIdentity
 from scheduler.node import liveness
 from scheduler.node.alerts import Alerts
 from scheduler.node.catchup_loop import CatchUp, CatchUpLoop
+from scheduler.node.claimed import log_claims
 from scheduler.node.clock import Clock
 from scheduler.node.heartbeat import Heartbeat
 from scheduler.node.liveness import Liveness
@@ -500,23 +501,7 @@ class Daemon:
     def _dispatch(self, result: ClaimResult, slots: int = 0) -> int:
         """One committed chunk of a claim: log it and start its runs. Runs that the
         claim started go to the `slots` workers set aside for them; how many were used."""
-        with logs.together():
-            for claim in result.won:
-                self._log.info(
-                    "run_claimed",
-                    job=claim.job,
-                    period=claim.period.isoformat(),
-                    run_id=claim.id,
-                    attempt=claim.attempt,
-                )
-            for claim in result.skipped:
-                self._log.info(
-                    "run_skipped",
-                    job=claim.job,
-                    period=claim.period.isoformat(),
-                    run_id=claim.id,
-                    reason=result.reasons[claim.id].value,
-                )
+        log_claims(self._log, result)
         used = 0
         for claim in result.won:
             if claim.id in result.started and used < slots:

@@ -18,8 +18,9 @@ from functools import partial
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import firing, logs, metrics
+from scheduler import firing, metrics
 from scheduler.model import Due, Entry
+from scheduler.node.claimed import log_claims
 from scheduler.node.upcoming import jitter_delay
 from scheduler.node.wakeups import Wakeups
 from scheduler.run.dispatcher import Dispatcher
@@ -110,24 +111,7 @@ class ScheduleLoop(SideThread):
         result = done.result
         if not done.rows:
             return
-        with logs.together():
-            for claim in result.won:
-                self._log.info(
-                    "run_claimed",
-                    job=claim.job,
-                    period=claim.period.isoformat(),
-                    run_id=claim.id,
-                    attempt=claim.attempt,
-                    origin=claim.origin.value,
-                )
-            for claim in result.skipped:
-                self._log.info(
-                    "run_skipped",
-                    job=claim.job,
-                    period=claim.period.isoformat(),
-                    run_id=claim.id,
-                    reason=result.reasons[claim.id].value,
-                )
+        log_claims(self._log, result)
         metrics.record_claims(len(result.won) + len(result.skipped), result.won, result.skipped)
         for claim in result.won:
             self._dispatcher.submit(claim)

@@ -81,7 +81,6 @@ def test_a_body_running_on_a_worker_makes_the_periods_due_meanwhile_skip(
 ) -> None:
     """The worker says its body began (its renewal thread writes `began_at`), and only
     that makes a later period skip for overlap."""
-    evidence = tmp_path / "executions.txt"
     env = celery_env(tmp_path, postgres_url, _broker("redis"))
     env["CELERY_TEST_SLOW"] = "2.5"
     worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], env=env)
