@@ -204,14 +204,21 @@ def attempts_of(database: Database, run_id: str) -> list[AttemptRow]:
 
 
 def last_successes(database: Database) -> dict[str, Success]:
-    """For each job that ever succeeded: its newest succeeded period and finish time."""
+    """For each registered job that ever succeeded: its newest succeeded period and
+    finish time. Read job by job through the runs' primary key, so the cost is the
+    code-declared jobs' history, never the runs of a million schedules (each its own
+    `@key`, not registered: `check` watches those by their schedules' rows)."""
+    succeeded = f"FROM {RUNS} AS run WHERE run.job = job.name AND run.ended_status = 'succeeded'"
     statement = f"""
-        SELECT job, max(period) AS period, max(finished_at) AS finished_at FROM {RUNS}
-        WHERE ended_status = 'succeeded' GROUP BY job
+        SELECT job.name AS job, (SELECT max(run.period) {succeeded}) AS period,
+               (SELECT max(run.finished_at) {succeeded}) AS finished_at
+        FROM scheduler_jobs AS job
     """
     with database.transaction() as connection:
         return {
-            row.job: Success(row.period, row.finished_at) for row in connection.execute(statement)
+            row.job: Success(row.period, row.finished_at)
+            for row in connection.execute(statement)
+            if row.period is not None
         }
 
 

@@ -90,6 +90,13 @@ def test_overdue_and_last_success_gauges_read_the_database(watched: Database) ->
         pytest.approx(finished.timestamp())
     )
     assert ("scheduler_last_success_timestamp_seconds", (("job", "late"),)) not in found
+    # A schedule's runs (`@key`, a million of them perhaps) are not read for this gauge.
+    seed.add_run(watched, "@tenant-1", new_year, "succeeded", finished_at=finished)
+    found = samples()
+    assert ("scheduler_last_success_timestamp_seconds", (("job", "@schedules"),)) not in found
+    assert found[("scheduler_last_success_timestamp_seconds", (("job", "fine"),))] == (
+        pytest.approx(finished.timestamp())
+    )
 
 
 def test_the_gauges_are_left_out_while_the_database_is_away() -> None:
