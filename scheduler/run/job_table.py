@@ -4,7 +4,10 @@ the schedule's arguments and catch-up policy.
 
 A schedule's job is built from its row when a run of it is first seen here (a pass
 hands over the rows it fired, so a burst reads nothing more) and kept in a bounded
-cache: a node never holds every schedule in memory.
+cache: a node never holds every schedule in memory. A name that is not this node's (no
+such schedule, or one whose job this node does not run: recovery asks of every stale
+run) is remembered as absent for as long, so that a sweep does not read its row again
+for each; a read that failed is not remembered.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class JobTable(Mapping[str, Job]):
         self._jobs = dict(jobs)
         self._database = database
         self._kept: OrderedDict[str, tuple[Job, float]] = OrderedDict()
+        self._absent: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def __getitem__(self, name: str) -> Job:
@@ -50,13 +54,25 @@ class JobTable(Mapping[str, Job]):
         if key is None:
             raise KeyError(name)
         with self._lock:
+            now = time.monotonic()
             kept = self._kept.get(name)
-            if kept is not None and time.monotonic() - kept[1] < KEPT_S:
+            if kept is not None and now - kept[1] < KEPT_S:
                 self._kept.move_to_end(name)
                 return kept[0]
-        row = self._read(key)
+            absent = self._absent.get(name)
+            if absent is not None and now - absent < KEPT_S:
+                raise KeyError(name)
+        try:
+            row = self._read(key)
+        except StoreError:
+            raise KeyError(name) from None
         job = self.learn(row) if row is not None else None
         if job is None:
+            with self._lock:
+                self._absent[name] = time.monotonic()
+                self._absent.move_to_end(name)
+                while len(self._absent) > KEPT:
+                    self._absent.popitem(last=False)
             raise KeyError(name)
         return job
 
@@ -87,6 +103,7 @@ class JobTable(Mapping[str, Job]):
             return None
         job = schedule_job(template, row)
         with self._lock:
+            self._absent.pop(job.name, None)
             self._kept[job.name] = (job, time.monotonic())
             self._kept.move_to_end(job.name)
             while len(self._kept) > KEPT:
@@ -94,13 +111,11 @@ class JobTable(Mapping[str, Job]):
         return job
 
     def _read(self, key: str) -> ScheduleRow | None:
+        """The schedule's row, None if there is none; StoreError if it cannot be read."""
         if self._database is None:
             return None
-        try:
-            with self._database.transaction() as connection:
-                return stored.read(connection, key)
-        except StoreError:
-            return None
+        with self._database.transaction() as connection:
+            return stored.read(connection, key)
 
 
 def schedule_job(template: Job, row: ScheduleRow) -> Job:

@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,14 +21,16 @@ from scheduler.errors import ScheduleDefinitionError
 from scheduler.node.registration import register
 from scheduler.node.schedule_loop import plan
 from scheduler.node.upcoming import jitter_delay
-from scheduler.run.job_table import JobTable
+from scheduler.run.job_table import KEPT_S, JobTable
 from scheduler.schedules import ScheduleExistsError, Schedules
 from scheduler.states import RunStatus
 from scheduler.store import beat, prune, writes
 from scheduler.store import schedules as stored
 from scheduler.store.database import Database, open_database
 from tests.acceptance.jobmods.tenants import tenant_report
+from tests.acceptance.tcp_proxy import Proxy
 from tests.sql import rows as table_rows
+from tests.waiting import wait_until
 
 JOBS = {"tenant_report": tenant_report}
 
@@ -399,3 +402,48 @@ def test_the_heartbeat_reads_when_the_nodes_next_schedule_is_due(
     due_in = read(("tenant_report", "other_job"))
     assert due_in is not None
     assert 35 < due_in <= 40
+
+
+def test_a_run_name_not_this_nodes_is_read_once_then_remembered_absent_for_a_while(
+    database: Database, schedules: Schedules
+) -> None:
+    """Recovery asks of every stale run whether this node runs its job: a schedule of a
+    job it does not run (or none) must not cost a read per stale run per sweep. A miss
+    is remembered only as long as a hit, and a failed read not at all."""
+    register(database, {"other_report": replace(tenant_report, name="other_report")})
+    schedules.create("theirs", "other_report", every=60, args={"tenant": 1})
+    reads: list[str] = []
+
+    class Counting(JobTable):
+        def _read(self, key: str) -> stored.ScheduleRow | None:
+            reads.append(key)
+            return super()._read(key)
+
+    table = Counting(JOBS, database)
+    for _ in range(3):
+        assert "@theirs" not in table
+        assert "@missing" not in table
+    assert reads == ["theirs", "missing"]
+    # Created meanwhile: found once the miss has aged out (as a changed row is re-read).
+    schedules.create("missing", "tenant_report", every=60, args={"tenant": 2})
+    table._absent.clear()  # aged out: KEPT_S is the same bound as for a hit
+    assert "@missing" in table
+    assert table["@missing"].args == {"tenant": 2}
+
+
+def test_a_failed_read_of_a_schedule_is_not_remembered_as_absent(
+    postgres_url: str, postgres_schedules: Schedules
+) -> None:
+    postgres_schedules.create("mine", "tenant_report", every=60, args={"tenant": 1})
+    proxy = Proxy(target_port=5432)
+    proxy.start()
+    away = open_database(proxy.url(postgres_url))
+    try:
+        table = JobTable(JOBS, away)
+        proxy.cut()  # the database goes away: the read fails
+        assert "@mine" not in table
+        proxy.start()  # back: the same name is read again at once, and found
+        wait_until(lambda: "@mine" in table, timeout=KEPT_S / 2)
+    finally:
+        proxy.cut()
+        away.dispose()
