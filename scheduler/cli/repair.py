@@ -29,6 +29,9 @@ from scheduler.errors import UserError
 from scheduler.node import foreground
 from scheduler.node.foreground import Foreground
 from scheduler.registry import Job
+from scheduler.run.job_table import JobTable
+from scheduler.schedules import Schedules
+from scheduler.store.database import Database
 from scheduler.tables import table
 
 SUCCESS, FAILURE = 0, 1
@@ -85,10 +88,25 @@ def _operator(node: NodeArgs, job_name: str) -> tuple[Admin, Job, threading.Even
     database, jobs = prepare(
         node.database_url, node.jobs_modules, node.log_format, node.log_level, migrate_first=False
     )
-    job = _pick(jobs, job_name)
+    job = _schedule_job(database, jobs, job_name) if job_name[:1] == "@" else _pick(jobs, job_name)
     stop = threading.Event()
     install_signal_handlers(stop.set)
     return Admin(database), job, stop
+
+
+def _schedule_job(database: Database, jobs: dict[str, Job], name: str) -> Job:
+    """The job of a schedule's runs (`@KEY`): its job from --jobs, with the schedule's
+    arguments and policy, as a node would run it."""
+    key = name[1:]
+    try:
+        return JobTable(jobs, database)[name]
+    except KeyError:
+        pass
+    found = Schedules(database).get(key)
+    if found is None:
+        raise UserError(f"schedule {key!r}: key: no such schedule")
+    known = ", ".join(sorted(jobs)) or "none"
+    raise UserError(f"schedule {key!r}: job: {found.job!r} is not in --jobs (known: {known})")
 
 
 def _leave(status: int) -> None:
@@ -154,7 +172,10 @@ def backfill(
 @click.argument("job_name", metavar="JOB")
 @foreground_options
 def trigger(*, job_name: str, node: NodeArgs) -> None:
-    """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure)."""
+    """Run JOB now, in the foreground, as a manual run (exit 0 on success, 1 on failure).
+
+    JOB may be `@KEY`, a schedule created at run time: its job runs with its arguments.
+    """
     admin, job, stop = _operator(node, job_name)
     outcome = admin.trigger(job, node_name=node.node_name, grace=node.grace, stop=stop)
     _leave(SUCCESS if outcome.succeeded else FAILURE)
@@ -166,7 +187,10 @@ def trigger(*, job_name: str, node: NodeArgs) -> None:
 @click.option("--force", is_flag=True, help="Run it again even though it succeeded.")
 @foreground_options
 def rerun(*, job_name: str, period: str, force: bool, node: NodeArgs) -> None:
-    """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force)."""
+    """Run PERIOD of JOB again as its next attempt (refuses a succeeded one without --force).
+
+    JOB may be `@KEY`, a schedule created at run time.
+    """
     admin, job, stop = _operator(node, job_name)
     outcome = admin.rerun(
         job, period, force=force, node_name=node.node_name, grace=node.grace, stop=stop

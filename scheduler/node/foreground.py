@@ -86,7 +86,8 @@ class Foreground:
         return self._clock.now()
 
     def open(self) -> None:
-        registration.register(self.database, {self.job.name: self.job})
+        if self.job.template is None:  # a schedule's: its template is its nodes' to register
+            registration.register(self.database, {self.job.name: self.job})
         nodes.register(self.database, self.node, ONE_SHOT)
         self._heartbeat.start()
         self._opened = True

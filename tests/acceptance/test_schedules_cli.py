@@ -17,7 +17,7 @@ from scheduler.node.registration import register
 from scheduler.schedules import Schedules
 from scheduler.store.database import Database, open_database
 from tests.acceptance.jobmods.tenants import tenant_report
-from tests.acceptance.processes import run_command, start_node
+from tests.acceptance.processes import jobmods, run_command, start_node
 from tests.integration.seed import add_run
 from tests.sql import rows
 
@@ -446,3 +446,62 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"error: {message}"), lines[0]
     assert _schedule_rows(url) == before
+
+
+def test_trigger_and_rerun_run_a_schedule_with_its_arguments(tmp_path: Path, url: str) -> None:
+    """`scheduler trigger @KEY` runs the schedule's job now with the schedule's
+    arguments, as a manual run of its own `@KEY`; `rerun @KEY PERIOD` runs a period of
+    it again as its next attempt. The template is its nodes' to register: a foreground
+    run registers nothing under the schedule's name."""
+    log = tmp_path / "executions.txt"
+
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        every = [*args, "--jobs", jobmods("tenants"), "--database-url", url]
+        result = run_command(every, tmp_path, EXECUTION_LOG=str(log))
+        assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    triggered = command("trigger", f"@{WEEKLY}")
+    assert triggered.returncode == 0, triggered.stderr
+    (line,) = [json.loads(text) for text in log.read_text().splitlines()]
+    assert (line["schedule"], line["tenant"], line["args"]) == (WEEKLY, 42, {"tenant": 42})
+    database = open_database(url)
+    try:
+        (run,) = rows(database, "scheduler_runs", job=f"@{WEEKLY}")
+        assert (run["status"], run["origin"], run["attempt"]) == ("succeeded", "manual", 1)
+        names = {row["name"] for row in rows(database, "scheduler_jobs")}
+        assert names == {"tenant_report"}
+        period = run["period"].isoformat()
+        refused = command("rerun", f"@{WEEKLY}", period)
+        assert refused.returncode == 2
+        assert "succeeded" in refused.stderr
+        again = command("rerun", f"@{WEEKLY}", period, "--force")
+        assert again.returncode == 0, again.stderr
+        (run,) = rows(database, "scheduler_runs", job=f"@{WEEKLY}")
+        assert (run["status"], run["attempt"]) == ("succeeded", 2)
+    finally:
+        database.dispose()
+    assert len(log.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "modules", "message"),
+    [
+        ("@tenant-7:none", "tenants", "schedule 'tenant-7:none': key: no such schedule"),
+        (f"@{WEEKLY}", "ticker", f"schedule '{WEEKLY}': job: 'tenant_report' is not in --jobs"),
+    ],
+)
+def test_trigger_of_a_schedule_it_cannot_run_is_one_line_exit_2(
+    tmp_path: Path, url: str, name: str, modules: str, message: str
+) -> None:
+    result = run_command(
+        ["trigger", name, "--jobs", jobmods(modules), "--database-url", url], tmp_path
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    database = open_database(url)
+    try:
+        assert rows(database, "scheduler_runs") == []
+    finally:
+        database.dispose()
