@@ -15,13 +15,14 @@ if TYPE_CHECKING:
     from scheduler.hooks import on_event
     from scheduler.model import Event
     from scheduler.registry import Job, job
-    from scheduler.run.context import RunContext
+    from scheduler.run.context import Previous, RunContext
 
-__all__ = ["Event", "Job", "RunContext", "RunLostError", "job", "on_event"]
+__all__ = ["Event", "Job", "Previous", "RunContext", "RunLostError", "job", "on_event"]
 
 _HOMES = {
     "Event": "scheduler.model",
     "Job": "scheduler.registry",
+    "Previous": "scheduler.run.context",
     "RunContext": "scheduler.run.context",
     "RunLostError": "scheduler.errors",
     "job": "scheduler.registry",

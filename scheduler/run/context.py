@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -11,10 +13,33 @@ from typing import TYPE_CHECKING, Any
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler.states import Origin
+from scheduler.states import Origin, RunStatus
 
 if TYPE_CHECKING:
     from scheduler.run.items import RunItems
+    from scheduler.store.checkpoints import Ended
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The newest earlier period of the same job (or schedule) whose run reached an
+    outcome: what a run picks up from ("everything since the last one")."""
+
+    period: datetime
+    status: RunStatus
+    attempt: int
+    finished_at: datetime | None
+    # What that run's last `checkpoint` stored (None if it stored none).
+    checkpoint: Any
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is RunStatus.SUCCEEDED
+
+    @classmethod
+    def of(cls, ended: Ended) -> Previous:
+        state = None if ended.checkpoint is None else json.loads(ended.checkpoint)
+        return cls(ended.period, ended.status, ended.attempt, ended.finished_at, state)
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,27 @@ class RunContext:
     def schedule(self) -> str | None:
         """The key of the schedule this run is a period of (None: a code-declared job)."""
         return self.job[1:] if self.job.startswith("@") else None
+
+    @property
+    def previous(self) -> Previous | None:
+        """The newest earlier period of this job (or schedule) whose run reached an
+        outcome (succeeded, failed, timed out or abandoned; not one skipped or missed,
+        nor one still running), with its status, finish time and last checkpoint; None
+        before the first. Read once, when first asked."""
+        return self._run_items().previous()
+
+    def key(self, item: str) -> str:
+        """A stable key for one effect of this period outside the database: the same for
+        every attempt of the period, on every node, and different for any other period,
+        job, schedule or `item`. Give it to a downstream that deduplicates on it (an HTTP
+        `Idempotency-Key` header, a message's deduplication id, an object's name): an
+        attempt that lost its lease and still runs cannot make it act twice."""
+        if not isinstance(item, str):
+            raise TypeError(f"job {self.job!r}: key: the item must be a string, got {item!r}")
+        digest = hashlib.sha256(
+            "\0".join((self.job, self.period.isoformat(), item)).encode()
+        ).hexdigest()
+        return f"cc-{digest[:40]}"
 
     @property
     def fencing_token(self) -> int:

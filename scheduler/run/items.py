@@ -18,7 +18,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler.errors import RunLostError
 from scheduler.model import Claim
-from scheduler.run.context import RunContext
+from scheduler.run.context import Previous, RunContext
 from scheduler.store import checkpoints
 from scheduler.store import items as stored_items
 from scheduler.store.database import Database
@@ -36,6 +36,8 @@ class RunItems:
         self._database = database
         self._claim = claim
         self._previous: Any = _UNREAD
+        self._before: Previous | None = None
+        self._before_read = False
         self._lock = threading.Lock()
         # Set once by the node, read by the job's thread; nobody waits on it, so a flag,
         # not an Event (a Condition built per run: a tenth of a node's time spent
@@ -118,6 +120,15 @@ class RunItems:
                 document = checkpoints.load(self._database, self._claim.id)
                 self._previous = None if document is None else json.loads(document)
             return self._previous
+
+    def previous(self) -> Previous | None:
+        """The newest earlier period of the job that reached an outcome (read once)."""
+        with self._lock:
+            if not self._before_read:
+                ended = checkpoints.previous(self._database, self._claim.job, self._claim.period)
+                self._before = None if ended is None else Previous.of(ended)
+                self._before_read = True
+            return self._before
 
     def _answer(self, taken: Taken, *, elsewhere: bool = False) -> bool:
         if taken is Taken.LOST:

@@ -273,3 +273,45 @@ def test_operators_see_stuck_items_and_settle_them(database: Database) -> None:
     )
     assert items.release_item(database, "billing", "sent") is True
     assert sorted(row.key for row in items.list_items(database, "billing")) == ["in-flight"]
+
+
+def test_previous_is_the_newest_earlier_period_that_reached_an_outcome(
+    database: Database,
+) -> None:
+    """`ctx.previous`: what a run picks up from. Not a period skipped or missed (nothing
+    ran), not one still running, not one given back unstarted; a failed one is, with
+    its status, and a later period's own checkpoint is never read."""
+    day = timedelta(days=1)
+    first = _claim(database)
+    assert _context(database, first).previous is None
+    _context(database, first).checkpoint({"synced_to": "2026-11-01"})
+    assert writes.finish(database, first, RunStatus.SUCCEEDED, 5)
+    failed = _claim(database, period=PERIOD + day)
+    assert writes.finish(database, failed, RunStatus.FAILED, 5)
+    claims.claim(database, [Due("billing", PERIOD + 2 * day, 30, overlap_limit=None)], "a")
+    (unstarted,) = claims.claim(
+        database, [Due("billing", PERIOD + 3 * day, 30, overlap_limit=None)], "a"
+    ).won
+    assert writes.finish(database, unstarted, RunStatus.ABANDONED, None)  # given back unstarted
+    running = _claim(database, period=PERIOD + 4 * day)
+    _context(database, running).checkpoint({"synced_to": "never read"})
+    later = _context(database, _claim(database, period=PERIOD + 5 * day))
+    previous = later.previous
+    assert previous is not None
+    assert (previous.period, previous.status, previous.succeeded) == (
+        PERIOD + day,
+        RunStatus.FAILED,
+        False,
+    )
+    assert previous.finished_at is not None
+    assert previous.checkpoint is None
+    assert writes.finish(database, failed, RunStatus.SUCCEEDED, 5) is False  # ended: refused
+    # The failed period behind it read the success before, and its checkpoint.
+    behind = _context(database, failed).previous
+    assert behind is not None
+    assert (behind.period, behind.status, behind.attempt) == (PERIOD, RunStatus.SUCCEEDED, 1)
+    assert behind.checkpoint == {"synced_to": "2026-11-01"}
+    # Another job's history is not this one's.
+    assert (
+        _context(database, _claim(database, job="other", period=PERIOD + 9 * day)).previous is None
+    )
