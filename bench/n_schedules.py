@@ -927,7 +927,9 @@ def _rows(options: argparse.Namespace) -> dict[str, list[Row]]:
 
 def run_once(options: argparse.Namespace, parts: Sequence[str]) -> Figures:
     figures: Figures = {}
-    with harness.workspace("n") as folder, bytecode_cache() as env, ExitStack() as stack:
+    with harness.workspace("n") as folder, bytecode_cache() as cache, ExitStack() as stack:
+        workers = {} if options.workers is None else {"SCHEDULER_WORKERS": str(options.workers)}
+        env = {**cache, **workers}
         if {"create", "list", "idle"} & set(parts):
             big = stack.enter_context(harness.fresh_database())
             small = stack.enter_context(harness.fresh_database())
@@ -976,6 +978,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("default", "off"),
         default="default",
         help="peak: the server's JIT compilation on the peak databases (default: the server's)",
+    )
+    parser.add_argument(
+        "--workers", type=int, help="every node's --workers (default: the node's own default)"
     )
     parser.add_argument("--sqlite", type=int, default=10_000)
     parser.add_argument("--sqlite-due", type=int, default=1_000)
