@@ -73,6 +73,8 @@ class Problem(StrEnum):
     STUCK = "stuck"
     LINGERING = "lingering"
     LATE_SCHEDULES = "late_schedules"
+    # The scheduler paused it (or some of its schedules) after a failure streak.
+    PAUSED_BY_FAILURES = "paused_by_failures"
 
 
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
@@ -89,6 +91,9 @@ class WatchedJob:
     paused: bool
     alert_after: timedelta
     retries: int
+    # Why the scheduler paused it; None when it is not paused, or an operator did.
+    pause_reason: str | None = None
+    paused_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: JobRow) -> WatchedJob:
@@ -103,6 +108,8 @@ class WatchedJob:
             paused=row.paused,
             alert_after=alert_after,
             retries=row.retries or 0,
+            pause_reason=row.pause_reason if row.paused else None,
+            paused_at=row.paused_at,
         )
 
 
@@ -279,6 +286,30 @@ def late_schedules(late: Mapping[str, LateSchedules], watched: Collection[str]) 
     return findings
 
 
+def failure_paused(
+    jobs: Sequence[WatchedJob], schedules: Mapping[str, LateSchedules]
+) -> list[Finding]:
+    """A finding per job the scheduler paused after a failure streak, and per template
+    some of whose schedules it paused: an operator's pause is deliberate, this is not."""
+    findings = []
+    for job in jobs:
+        if job.pause_reason is not None and job.paused_at is not None:
+            detail = f"{job.pause_reason}; fix it, then `scheduler resume {job.name}`"
+            findings.append(
+                Finding(Problem.PAUSED_BY_FAILURES, job.name, job.paused_at, None, None, detail)
+            )
+        if (found := schedules.get(job.name)) is not None:
+            detail = (
+                f"{found.count} schedule(s) created at run time paused by the scheduler after "
+                "failing periods in a row; `scheduler schedules list --job "
+                f"{job.name} --paused` lists them, `scheduler schedules resume KEY` resumes one"
+            )
+            findings.append(
+                Finding(Problem.PAUSED_BY_FAILURES, job.name, found.first, None, None, detail)
+            )
+    return findings
+
+
 def alive(node: NodeRow, now: datetime) -> bool:
     return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
 
@@ -320,6 +351,7 @@ def gather(
     findings += late_schedules(
         stored_schedules.late(database, templates, SCHEDULE_LATE, LATE_COUNTED), templates
     )
+    findings += failure_paused(jobs, stored_schedules.failure_paused(database, templates))
     return Report(
         checked_at=now,
         window=window,

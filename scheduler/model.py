@@ -210,6 +210,15 @@ class Finish:
     retry_in: float | None = None
     lingering: bool = False
     waiting_only: bool = False
+    # The job's failure-streak policy (`alert_after_failures`, `pause_after_failures`),
+    # applied where the outcome is written.
+    alert_after: int = 1
+    pause_after: int | None = None
+
+    @property
+    def final_failure(self) -> bool:
+        """A failure (or timeout) with no attempt to come: it counts in a streak."""
+        return self.status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and self.retry_in is None
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,8 @@ class JobRow:
     schedule_changed_at: datetime | None = None
     previous_cron: str | None = None
     previous_timezone: str | None = None
+    # Why the scheduler paused it (`pause_after_failures`); None for an operator's pause.
+    pause_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -325,6 +336,9 @@ class Event:
     reason: str | None = None
     detail: str | None = None
     created_at: datetime | None = None
+    # `failed`: the periods failed in a row when it was born; `recovered`: how many the
+    # streak it ends had.
+    streak: int | None = None
 
     @property
     def key(self) -> str:
@@ -345,5 +359,6 @@ class Event:
             "attempt": self.attempt,
             "reason": self.reason,
             "detail": self.detail,
+            "streak": self.streak,
             "created_at": utc_text(self.created_at) if self.created_at else None,
         }

@@ -58,6 +58,10 @@ class Policy:
     catchup_window: timedelta = timedelta(days=1)
     catchup_limit: int = 1000
     jitter: timedelta = timedelta(0)
+    # A failure streak: the `failed` event is born when this many periods in a row have
+    # failed (once per streak), and the job is paused when `pause_after_failures` have.
+    alert_after_failures: int = 1
+    pause_after_failures: int | None = None
 
     @property
     def heartbeat(self) -> timedelta:

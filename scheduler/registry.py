@@ -104,6 +104,8 @@ def job(
     catchup_window: Duration = DEFAULTS.catchup_window,
     catchup_limit: int = DEFAULTS.catchup_limit,
     jitter: Duration = DEFAULTS.jitter,
+    alert_after_failures: int = DEFAULTS.alert_after_failures,
+    pause_after_failures: int | None = DEFAULTS.pause_after_failures,
     on: Mapping[str, Hook | Iterable[Hook]] | None = None,
     executor: Declared | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
@@ -134,6 +136,14 @@ def job(
             catchup_window=policy_fields.duration(job_name, "catchup_window", catchup_window),
             catchup_limit=policy_fields.count(job_name, "catchup_limit", catchup_limit, minimum=1),
             jitter=policy_fields.duration(job_name, "jitter", jitter),
+            alert_after_failures=policy_fields.count(
+                job_name, "alert_after_failures", alert_after_failures, minimum=1
+            ),
+            pause_after_failures=None
+            if pause_after_failures is None
+            else policy_fields.count(
+                job_name, "pause_after_failures", pause_after_failures, minimum=1
+            ),
         )
         return Job(
             name=job_name,

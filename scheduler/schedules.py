@@ -80,6 +80,8 @@ class Schedule:
     updated_at: datetime
     fired_at: datetime | None
     deleted_at: datetime | None
+    # Why the scheduler paused it (`pause_after_failures`); None for the application's.
+    pause_reason: str | None = None
 
     @property
     def run_job(self) -> str:
@@ -101,6 +103,7 @@ class Schedule:
             "describe": trigger.describe(),
             "args": self.args,
             "paused": self.paused,
+            "pause_reason": self.pause_reason,
             "next_due": _iso(self.next_due),
             "catchup": self.catchup,
             "catchup_window_seconds": self.catchup_window.total_seconds()
@@ -389,7 +392,12 @@ class Schedules:
                 return _schedule(row)
             now = rows.clock(conn)
             new = _replace_row(
-                row, paused=True, paused_at=now, updated_at=now, version=row.version + 1
+                row,
+                paused=True,
+                paused_at=now,
+                pause_reason=None,
+                updated_at=now,
+                version=row.version + 1,
             )
             _write(conn, new, row.version)
             return _schedule(new)
@@ -409,6 +417,7 @@ class Schedules:
                 row,
                 paused=False,
                 paused_at=None,
+                pause_reason=None,
                 next_due_at=moved.next_due,
                 next_period=None,
                 owed=firing.owed_text(moved.owed),
@@ -623,6 +632,7 @@ def _schedule(row: ScheduleRow) -> Schedule:
         created_at=row.created_at,
         updated_at=row.updated_at,
         fired_at=row.fired_at,
+        pause_reason=row.pause_reason,
         deleted_at=row.deleted_at,
     )
 

@@ -46,13 +46,16 @@ class Origin(StrEnum):
 class EventKind(StrEnum):
     """What an alert hook hears about (the `kind` of `scheduler_events`)."""
 
-    FAILED = "failed"  # the last attempt failed or timed out: nothing more will try
+    # The last attempt failed or timed out, and that made `alert_after_failures` periods
+    # in a row (once per streak: the next is born after a `recovered`).
+    FAILED = "failed"
     RETRYING = "retrying"  # an attempt failed and another is due
     TIMED_OUT = "timed_out"  # an attempt passed its timeout (with or without a retry)
     MISSED = "missed"  # periods passed while no node ran and catch-up will not run them
     SKIPPED = "skipped"  # a period not run because the job was still running (overlap)
-    RECOVERED = "recovered"  # the first success after a failed period
+    RECOVERED = "recovered"  # the first success after a `failed` event
     STUCK_ITEM = "stuck_item"  # an item claimed by an attempt that ended without it
+    PAUSED = "paused"  # the scheduler paused the job: `pause_after_failures` in a row
 
 
 class Delivery(StrEnum):

@@ -98,6 +98,8 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime, *, retired: bool
         "paused": job.paused,
         "retired": retired,
         "paused_at": iso(job.paused_at),
+        # Why the scheduler paused it (a failure streak); None for an operator's pause.
+        "pause_reason": job.pause_reason,
         "next_period": iso(upcoming),
         "first_seen": iso(job.first_seen),
         "last_seen": iso(job.last_seen),
@@ -130,7 +132,9 @@ def job_state(record: Record) -> str:
     """retired: no node runs it any more; paused; or active."""
     if record["retired"]:
         return "retired"
-    return "paused" if record["paused"] else "active"
+    if record["paused"]:
+        return "paused (failures)" if record.get("pause_reason") else "paused"
+    return "active"
 
 
 def jobs_table(records: Sequence[Record]) -> str:

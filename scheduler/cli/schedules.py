@@ -349,7 +349,9 @@ def _whole(key: str, field: str, text: str | None) -> int | None:
 def _state(record: dict[str, Any]) -> str:
     if record["deleted_at"] is not None:
         return "deleted"
-    return "paused" if record["paused"] else "active"
+    if record["paused"]:
+        return "paused (failures)" if record.get("pause_reason") else "paused"
+    return "active"
 
 
 def _args_text(args: dict[str, Any]) -> str:

@@ -38,6 +38,8 @@ def finish(claim: Claim, policy: Policy, outcome: Outcome, duration_ms: int) -> 
         outcome.failure,
         retry_in=retry_in,
         lingering=outcome.lingering is not None,
+        alert_after=policy.alert_after_failures,
+        pause_after=policy.pause_after_failures,
     )
 
 

@@ -38,7 +38,8 @@ class EventRow:
 
 
 _COLUMNS = (
-    "job, period, kind, subject, run_id, attempt, reason, detail, created_at, state, tries,"
+    "job, period, kind, subject, run_id, attempt, reason, detail, streak, created_at, state,"
+    " tries,"
     " next_try_at, taken_by, taken_until, delivered_at, delivered_to, last_error"
 )
 
@@ -54,6 +55,7 @@ def _row(row: Any) -> EventRow:
         reason=row.reason,
         detail=row.detail,
         created_at=row.created_at,
+        streak=row.streak,
     )
     return EventRow(
         event=event,

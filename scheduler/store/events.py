@@ -8,13 +8,14 @@ subject) makes a second insert a no-op. Their delivery is `store.deliveries`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from scheduler.instants import utc_text
 from scheduler.model import Claim, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
+from scheduler.store import streaks
 from scheduler.store.database import Connection, Database
 from scheduler.store.wakeups import Wake, notify_on
 
@@ -35,6 +36,11 @@ class Candidate:
     subject: str = ""
     reason: str | None = None
     detail: str | None = None
+    # `failed`: the streak it needs (`alert_after_failures`), and how many earlier
+    # outcomes its streak is counted over; `streak` once known.
+    need: int = 1
+    cap: int = 0
+    streak: int | None = None
 
 
 def of_finish(outcome: Finish) -> list[Candidate]:
@@ -45,12 +51,15 @@ def of_finish(outcome: Finish) -> list[Candidate]:
     found: list[Candidate] = []
     if status is RunStatus.SUCCEEDED:
         # Kept only after an unrecovered `failed` of the job (decided in the write).
-        found.append(Candidate(claim.id, EventKind.RECOVERED))
+        found.append(Candidate(claim.id, EventKind.RECOVERED, cap=streaks.RECOVERED_CAP))
     if status is RunStatus.TIMED_OUT:
         found.append(Candidate(claim.id, EventKind.TIMED_OUT, attempt, detail=detail))
     if status.value in FAILING:
         if outcome.retry_in is None:
-            found.append(Candidate(claim.id, EventKind.FAILED, detail=detail))
+            # Kept only when it makes `alert_after` in a row and no `failed` of the job
+            # is unrecovered (decided in the write).
+            need, cap = outcome.alert_after, streaks.cap_of(outcome)
+            found.append(Candidate(claim.id, EventKind.FAILED, detail=detail, need=need, cap=cap))
         else:
             retry = f"retry in {round(outcome.retry_in, 1)} s"
             found.append(
@@ -79,14 +88,15 @@ def _values(
         "attempt": attempt,
         "reason": candidate.reason,
         "detail": candidate.detail,
+        "streak": candidate.streak,
     }
 
 
 def _insert_sql(database: Database) -> str:
     return f"""
         INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, reason, detail,
-                              created_at, state, tries, next_try_at)
-        VALUES (:job, :period, :kind, :subject, :run_id, :attempt, :reason, :detail,
+                              streak, created_at, state, tries, next_try_at)
+        VALUES (:job, :period, :kind, :subject, :run_id, :attempt, :reason, :detail, :streak,
                 {database.now}, '{Delivery.PENDING.value}', 0, {database.now})
         ON CONFLICT DO NOTHING
     """
@@ -121,15 +131,32 @@ def failed_before(connection: Connection, claim: Claim) -> bool:
     return bool(kind == EventKind.FAILED.value)
 
 
-def finished(database: Database, connection: Connection, outcome: Finish) -> None:
-    """SQLite: the events of an outcome just written, in its transaction."""
+def finished(database: Database, connection: Connection, outcome: Finish) -> int | None:
+    """SQLite: the events of an outcome just written, in its transaction (what
+    PostgreSQL's finish statement decides); a final failure's streak."""
     claim = outcome.claim
-    rows = [
-        (claim.job, claim.period, claim.attempt, candidate)
-        for candidate in of_finish(outcome)
-        if candidate.kind is not EventKind.RECOVERED or failed_before(connection, claim)
-    ]
+    rows, streak = [], None
+    for candidate in of_finish(outcome):
+        kept: Candidate | None = candidate
+        if candidate.kind is EventKind.FAILED:
+            streak = 1 + streaks.before(connection, claim.job, claim.period, candidate.cap)
+            unrecovered = failed_before(connection, claim)
+            kept = (
+                None
+                if streak < candidate.need or unrecovered
+                else replace(
+                    candidate, detail=streaks.failed_detail(streak, candidate.detail), streak=streak
+                )
+            )
+        elif candidate.kind is EventKind.RECOVERED:
+            kept = None
+            if failed_before(connection, claim):
+                ended = streaks.before(connection, claim.job, claim.period, candidate.cap)
+                kept = replace(candidate, detail=streaks.recovered_detail(ended), streak=ended)
+        if kept is not None:
+            rows.append((claim.job, claim.period, claim.attempt, kept))
     insert(database, connection, rows)
+    return streak
 
 
 def finish_arrays(outcomes: Sequence[Finish]) -> dict[str, list[Any]]:
@@ -141,6 +168,8 @@ def finish_arrays(outcomes: Sequence[Finish]) -> dict[str, list[Any]]:
         "event_kinds": [candidate.kind.value for candidate in candidates],
         "event_subjects": [candidate.subject for candidate in candidates],
         "event_details": [candidate.detail for candidate in candidates],
+        "event_needs": [candidate.need for candidate in candidates],
+        "event_caps": [candidate.cap for candidate in candidates],
     }
 
 
@@ -221,6 +250,15 @@ def passed_over(
             (job, group.first, None, Candidate("", kind, reason=group.reason, detail=detail))
         )
     insert(database, connection, rows)
+
+
+def paused(database: Database, connection: Connection, outcome: Finish, streak: int) -> None:
+    """The scheduler paused the outcome's job after `streak` failed periods in a row."""
+    claim = outcome.claim
+    event = Candidate(
+        claim.id, EventKind.PAUSED, detail=streaks.pause_reason(streak), streak=streak
+    )
+    insert(database, connection, [(claim.job, claim.period, claim.attempt, event)])
 
 
 def stuck(database: Database, found: Sequence[tuple[str, datetime, str, str, int]]) -> None:

@@ -127,9 +127,11 @@ def set_paused(database: Database, name: str, *, paused: bool) -> bool:
     not only the latest."""
     now = database.now
     if paused:
-        change = f"paused = TRUE, paused_at = {now} WHERE name = :name AND NOT paused"
+        change = f"paused = TRUE, paused_at = {now}, pause_reason = NULL"
+        change += " WHERE name = :name AND NOT paused"
     else:
-        change = f"paused = FALSE, resumed_at = {now} WHERE name = :name AND paused"
+        change = f"paused = FALSE, resumed_at = {now}, pause_reason = NULL"
+        change += " WHERE name = :name AND paused"
     statement = f"UPDATE {JOBS} SET {change} RETURNING paused_at, resumed_at"
     with database.transaction() as connection:
         changed = connection.execute(statement, {"name": name}).first()

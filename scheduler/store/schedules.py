@@ -84,6 +84,8 @@ class ScheduleRow:
     fired_at: datetime | None
     fired_by: str | None
     deleted_at: datetime | None
+    # Why the scheduler paused it (a failure streak); None for the application's pause.
+    pause_reason: str | None = None
 
     @property
     def trigger_columns(self) -> dict[str, Any]:
@@ -508,6 +510,7 @@ _CAST = {
     "fired_at": "TIMESTAMPTZ",
     "fired_by": "TEXT",
     "deleted_at": "TIMESTAMPTZ",
+    "pause_reason": "TEXT",
 }
 INSERTED_PER_STATEMENT = 10_000
 
@@ -594,6 +597,24 @@ def late(
             if row is not None and row.late:
                 found[job] = LateSchedules(int(row.late), row.first)
     return found
+
+
+def failure_paused(database: Database, jobs: Collection[str]) -> dict[str, LateSchedules]:
+    """Per job: its live schedules the scheduler paused after a failure streak, and the
+    earliest pause among them (read through their own small index)."""
+    if not jobs:
+        return {}
+    listed, parameters = in_list("job", sorted(jobs))
+    statement = f"""
+        SELECT job, count(*) AS paused, min(paused_at) AS first FROM {SCHEDULES}
+        WHERE job IN ({listed}) AND pause_reason IS NOT NULL AND deleted_at IS NULL
+        GROUP BY job
+    """
+    with database.transaction() as connection:
+        return {
+            row.job: LateSchedules(int(row.paused), row.first)
+            for row in connection.execute(statement, parameters)
+        }
 
 
 def jobs_of(database: Database, run_jobs: Collection[str]) -> dict[str, str]:

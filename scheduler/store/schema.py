@@ -141,6 +141,8 @@ jobs = Table(
     Column("paused", Boolean, nullable=False, default=False),
     Column("paused_at", UTCDateTime()),
     Column("resumed_at", UTCDateTime()),
+    # Why the scheduler paused it (a failure streak); NULL for an operator's pause.
+    Column("pause_reason", Text),
     # Every period up to here has a row (or was deliberately passed over): catch-up
     # starts after it instead of re-reading history.
     Column("caught_up_to", UTCDateTime()),
@@ -166,6 +168,8 @@ pauses = Table(
     Column("paused_at", UTCDateTime(), primary_key=True),
     # None while the job is still paused.
     Column("resumed_at", UTCDateTime()),
+    # Why the scheduler paused it; NULL for an operator's pause.
+    Column("reason", Text),
 )
 
 attempts = Table(
@@ -302,6 +306,9 @@ events = Table(
     Column("reason", String(16)),
     # One line for a human: the error, how many periods were missed, the item's key.
     Column("detail", Text),
+    # `failed`: how many periods in a row had failed when it was born; `recovered`: how
+    # many the streak it ends had (up to a cap).
+    Column("streak", Integer),
     Column("created_at", UTCDateTime(), nullable=False),
     # pending, delivered, failed (tries ran out) or unrouted (no hook listens, or nobody
     # has run the job for a day).
@@ -354,6 +361,8 @@ schedules = Table(
     Column("jitter_seconds", Float),
     Column("paused", Boolean, nullable=False, default=False),
     Column("paused_at", UTCDateTime()),
+    # Why the scheduler paused it (a failure streak); NULL for a pause by the application.
+    Column("pause_reason", Text),
     # The earliest period not yet fired (NULL: none left, a one-off that fired); the
     # stretches of earlier triggers still owed, as JSON (see `scheduler.firing`).
     Column("next_due_at", UTCDateTime()),
@@ -373,4 +382,11 @@ schedules = Table(
     # Only rows that will fire are indexed, by job: a node's pass reads the range of its
     # jobs' rows due now, and its wait the first row of each job (`store.schedules`).
     Index("ix_scheduler_schedules_due", "job", "next_due_at", **_DUE_ONLY),
+    # The few the scheduler paused after a failure streak, for `check`.
+    Index(
+        "ix_scheduler_schedules_failure_paused",
+        "job",
+        postgresql_where=text("pause_reason IS NOT NULL AND deleted_at IS NULL"),
+        sqlite_where=text("pause_reason IS NOT NULL AND deleted_at IS NULL"),
+    ),
 )

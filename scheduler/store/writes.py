@@ -19,6 +19,7 @@ from typing import Any
 from scheduler.model import Claim, Failure, Finish, Started, StartRequest
 from scheduler.states import Reason, RunStatus
 from scheduler.store import events as alert_events
+from scheduler.store import streak_pause, streaks
 from scheduler.store.connection import in_list
 from scheduler.store.database import Connection, Database
 from scheduler.store.events import EVENTS
@@ -87,17 +88,22 @@ def record(
     and single-writer, takes a statement a row inside one transaction.
     """
     in_turn = {request.claim.job for request in starts if request.in_turn}
+    # A final failure's streak is read and acted on under its job's lock, in one
+    # transaction: two nodes' failures of one job cannot both miss, or both make, the
+    # failure that reaches a threshold.
+    failing = {outcome.claim.job for outcome in outcomes if outcome.final_failure}
     if database.arrays and in_turn and not outcomes and not began:
         # A start batch (the starter's): the whole guarded transaction in one round trip.
         return [], _start_pipelined(database, starts, in_turn)
-    if database.arrays and not in_turn:
+    if database.arrays and not in_turn and not failing:
         with database.autocommit() as connection:
             _began_postgres(connection, began)
-            return _finish_postgres(connection, outcomes), _start_postgres(connection, starts)
+            applied = _finish_postgres(database, connection, outcomes)
+            return applied, _start_postgres(connection, starts)
     if database.arrays:
-        with database.guarded(jobs=in_turn) as guarded:
+        with database.guarded(jobs=in_turn | failing) as guarded:
             _began_postgres(guarded.connection, began)
-            applied = _finish_postgres(guarded.connection, outcomes)
+            applied = _finish_postgres(database, guarded.connection, outcomes)
             return applied, _start_postgres(guarded.connection, starts)
     with database.transaction() as connection:
         for claim in began:
@@ -190,9 +196,20 @@ def _finish_one(database: Database, connection: Connection, outcome: Finish) -> 
         WHERE {FENCED_SQL}{waiting_only}
     """
     if connection.execute(statement, parameters).rowcount == 1:
-        alert_events.finished(database, connection, outcome)
+        streak = alert_events.finished(database, connection, outcome)
+        _pause_if_due(database, connection, outcome, streak)
         return True
     return _already_written(connection, [outcome]) == [True]
+
+
+def _pause_if_due(
+    database: Database, connection: Connection, outcome: Finish, streak: int | None
+) -> None:
+    """The final failure that makes exactly `pause_after` in a row pauses its job (an
+    operator who resumed it mid-streak is not overruled by the failures after)."""
+    due = streak is not None and streak == outcome.pause_after
+    if due and streak_pause.pause_for(database, connection, outcome, streak or 0):
+        alert_events.paused(database, connection, outcome, streak or 0)
 
 
 def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
@@ -336,9 +353,17 @@ def _start_answers(
 
 
 # The outcome's events travel with it (candidates as arrays): the statement keeps those
-# of the rows it wrote, so an event lands exactly when its outcome does. `recovered` is
-# kept only where the job's newest `failed` or `recovered` event before this period is
-# a `failed` one: looked up among the job's events, which are few, not its runs.
+# of the rows it wrote, so an event lands exactly when its outcome does. Whether a
+# `failed` of the job is unrecovered (its newest `failed` or `recovered` event before
+# this period is a `failed` one) is looked up among the job's events, which are few:
+# `recovered` is kept only then, and `failed` only otherwise, when its streak (read
+# from the runs, `store.streaks`, for final failures only) reaches the job's
+# `alert_after_failures`. The statement answers each final failure's streak.
+_OPEN_ALERT_SQL = f"""(
+        SELECT before.kind = 'failed' FROM {EVENTS} AS before
+        WHERE before.job = done.job AND before.period < done.period
+          AND before.kind IN ('failed', 'recovered')
+        ORDER BY before.period DESC, before.kind LIMIT 1)"""
 _FINISH_POSTGRES = f"""
     WITH locked AS ({LOCK_IN_ORDER_SQL}), done AS (
     UPDATE {RUNS} AS run
@@ -363,28 +388,81 @@ _FINISH_POSTGRES = f"""
       AND (NOT done.waiting_only OR run.status = 'claimed')
     RETURNING run.id, run.attempt, run.holder, run.job, run.period,
               {RETRY_NOTIFY_SQL} AS woke
-    ), born AS (
-    INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, detail,
-                               created_at, state, tries, next_try_at)
-    SELECT done.job, done.period, candidate.kind, candidate.subject, done.id, done.attempt,
-           candidate.detail, statement_timestamp(), 'pending', 0, statement_timestamp()
+    ), judged AS (
+    SELECT done.job, done.period, done.id, done.attempt, candidate.kind, candidate.subject,
+           candidate.detail, candidate.need, candidate.cap,
+           CASE WHEN candidate.kind IN ('failed', 'recovered') THEN {_OPEN_ALERT_SQL} END
+               AS open_alert
     FROM unnest(CAST(:event_ids AS TEXT[]), CAST(:event_kinds AS TEXT[]),
-                CAST(:event_subjects AS TEXT[]), CAST(:event_details AS TEXT[]))
-         AS candidate(id, kind, subject, detail)
+                CAST(:event_subjects AS TEXT[]), CAST(:event_details AS TEXT[]),
+                CAST(:event_needs AS INT[]), CAST(:event_caps AS INT[]))
+         AS candidate(id, kind, subject, detail, need, cap)
     JOIN done ON done.id = candidate.id
-    WHERE candidate.kind <> 'recovered' OR (
-        SELECT before.kind = 'failed' FROM {EVENTS} AS before
-        WHERE before.job = done.job AND before.period < done.period
-          AND before.kind IN ('failed', 'recovered')
-        ORDER BY before.period DESC, before.kind LIMIT 1) IS TRUE
+    ), counted AS (
+    SELECT judged.*,
+           CASE WHEN judged.kind = 'failed'
+                THEN 1 + {streaks.before_sql("judged.job", "judged.period", "judged.cap")}
+                WHEN judged.kind = 'recovered' AND judged.open_alert IS TRUE
+                THEN {streaks.before_sql("judged.job", "judged.period", "judged.cap")}
+           END AS streak
+    FROM judged
+    ), born AS (
+    INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, detail, streak,
+                               created_at, state, tries, next_try_at)
+    SELECT counted.job, counted.period, counted.kind, counted.subject, counted.id,
+           counted.attempt,
+           CASE counted.kind
+               WHEN 'failed' THEN concat_ws('; ', CASE WHEN counted.streak > 1
+                   THEN counted.streak || ' periods failed in a row' END, counted.detail)
+               WHEN 'recovered'
+               THEN 'after ' || counted.streak || ' failed period(s) in a row'
+               ELSE counted.detail END,
+           counted.streak, statement_timestamp(), 'pending', 0, statement_timestamp()
+    FROM counted
+    WHERE counted.kind NOT IN ('failed', 'recovered')
+       OR (counted.kind = 'failed' AND counted.open_alert IS NOT TRUE
+           AND counted.streak >= counted.need)
+       OR (counted.kind = 'recovered' AND counted.open_alert IS TRUE)
     ON CONFLICT DO NOTHING
     RETURNING 1
     ), alerted AS ({ALERT_NOTIFY_SQL})
-    SELECT done.id, done.attempt, done.holder, done.woke FROM done LEFT JOIN alerted ON TRUE
+    SELECT done.id, done.attempt, done.holder, done.woke, counted.streak
+    FROM done LEFT JOIN counted ON counted.id = done.id AND counted.kind = 'failed'
+    LEFT JOIN alerted ON TRUE
 """
 
 
-def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list[bool]:
+def _finish_postgres(
+    database: Database, connection: Connection, outcomes: Sequence[Finish]
+) -> list[bool]:
+    """The outcomes in rounds, each a statement in which a job has one outcome at most,
+    so that each outcome's streak and events see the one before it."""
+    written: dict[int, bool] = {}
+    for round_ in _rounds(outcomes):
+        for index, ok in zip(
+            round_, _finish_round(database, connection, [outcomes[i] for i in round_]), strict=True
+        ):
+            written[index] = ok
+    return [written[index] for index in range(len(outcomes))]
+
+
+def _rounds(outcomes: Sequence[Finish]) -> list[list[int]]:
+    """Indexes of the outcomes, the k-th outcome of each job in round k (one round when
+    every job has one, as nearly always)."""
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for index, outcome in enumerate(outcomes):
+        k = seen.get(outcome.claim.job, 0)
+        seen[outcome.claim.job] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(index)
+    return rounds
+
+
+def _finish_round(
+    database: Database, connection: Connection, outcomes: Sequence[Finish]
+) -> list[bool]:
     if not outcomes:
         return []
     failures = [outcome.failure for outcome in outcomes]
@@ -401,7 +479,12 @@ def _finish_postgres(connection: Connection, outcomes: Sequence[Finish]) -> list
         "error_tracebacks": [failure.traceback if failure else None for failure in failures],
         **alert_events.finish_arrays(outcomes),
     }
-    applied = {tuple(row)[:3] for row in connection.execute(_FINISH_POSTGRES, parameters)}
+    rows = list(connection.execute(_FINISH_POSTGRES, parameters))
+    applied = {tuple(row)[:3] for row in rows}
+    streak_of = {row[0]: row[4] for row in rows if row[4] is not None}
+    for outcome in outcomes:
+        if outcome.pause_after is not None and fence_of(outcome.claim) in applied:
+            _pause_if_due(database, connection, outcome, streak_of.get(outcome.claim.id))
     written = [fence_of(outcome.claim) in applied for outcome in outcomes]
     refused = [outcome for outcome, ok in zip(outcomes, written, strict=True) if not ok]
     if refused:
