@@ -50,6 +50,12 @@ def _fail(database: Database, job_name: str, period: datetime) -> None:
     writes.record(database, [Finish(claim, RunStatus.FAILED, 5, BOOM)], [])
 
 
+def _succeed(database: Database, job_name: str, period: datetime) -> None:
+    (claim,) = claims.claim(database, [Due(job_name, period, 30)], "node-a").won
+    writes.start(database, claim)
+    writes.record(database, [Finish(claim, RunStatus.SUCCEEDED, 5)], [])
+
+
 def _foreign_events(database: Database, count: int) -> None:
     """Pending events, older than any of this test's own, of jobs no node here knows:
     another fleet's, registered just now (so that nobody counts them abandoned)."""
@@ -96,15 +102,19 @@ def _stop(stop: threading.Event, threads: list[Alerts]) -> None:
 
 def test_events_of_jobs_no_node_knows_do_not_hold_up_a_nodes_own(database: Database) -> None:
     """600 pending events of another fleet's jobs, older than the live job's 12: the node
-    reads its own jobs' events, not the oldest of all jobs, and delivers its 12."""
+    reads its own jobs' events, not the oldest of all jobs, and delivers its 12 (six
+    failures, each a streak of its own, and six recoveries)."""
     heard: list[str] = []
 
-    @job(cron="* * * * *", name="billing", on={"failed": lambda event: heard.append(event.key)})
+    def hear(event: Event) -> None:
+        heard.append(event.key)
+
+    @job(cron="* * * * *", name="billing", on={"failed": hear, "recovered": hear})
     def billing() -> None: ...
 
     _foreign_events(database, 600)
     for n in range(12):
-        _fail(database, "billing", PERIOD + timedelta(minutes=n))
+        (_succeed if n % 2 else _fail)(database, "billing", PERIOD + timedelta(minutes=n))
     stop, threads = _threads(database, {"billing": billing}, 1)
     try:
         wait_until(lambda: len(heard) == 12, timeout=8)
