@@ -11,15 +11,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from scheduler.calendars import Calendar
     from scheduler.errors import RunLostError
     from scheduler.hooks import on_event
     from scheduler.model import Event
     from scheduler.registry import Job, job
     from scheduler.run.context import Previous, RunContext
 
-__all__ = ["Event", "Job", "Previous", "RunContext", "RunLostError", "job", "on_event"]
+__all__ = [
+    "Calendar",
+    "Event",
+    "Job",
+    "Previous",
+    "RunContext",
+    "RunLostError",
+    "job",
+    "on_event",
+]
 
 _HOMES = {
+    "Calendar": "scheduler.calendars",
     "Event": "scheduler.model",
     "Job": "scheduler.registry",
     "Previous": "scheduler.run.context",

@@ -7,7 +7,7 @@ clock or a database.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,10 +40,15 @@ class Plan:
 
 
 def plan(
-    missing: Sequence[datetime], now: datetime, policy: Policy, pauses: Sequence[Pause] = ()
+    missing: Sequence[datetime],
+    now: datetime,
+    policy: Policy,
+    pauses: Sequence[Pause] = (),
+    excluded: Callable[[datetime], bool] = lambda period: False,
 ) -> Plan:
     """Sort missing periods (ascending) into run, skipped and missed under the job's policy.
 
+    - on a day the job's calendar excludes: skipped (reason calendar), whatever its age;
     - older than `catchup_window`: missed (reason window), never run;
     - while paused: skipped (reason paused), never caught up after resume;
     - `all`: the oldest run first, at most `catchup_limit` a pass;
@@ -54,7 +59,9 @@ def plan(
     window_start = now - policy.catchup_window
     eligible: list[datetime] = []
     for period in missing:
-        if period < window_start:
+        if excluded(period):
+            result.skip.append((period, Reason.CALENDAR))
+        elif period < window_start:
             result.missed.append(period)
         elif any(pause.covers(period) for pause in pauses):
             result.skip.append((period, Reason.PAUSED))

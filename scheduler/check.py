@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
 
-from scheduler import retirement
+from scheduler import calendars, retirement
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import format_duration
 from scheduler.errors import UserError
@@ -75,8 +75,12 @@ class Problem(StrEnum):
     LATE_SCHEDULES = "late_schedules"
     # The scheduler paused it (or some of its schedules) after a failure streak.
     PAUSED_BY_FAILURES = "paused_by_failures"
+    # A calendar of dates it skips ends within 30 days: then it runs every day.
+    CALENDAR_ENDING = "calendar_ending"
 
 
+# A period skipped on purpose (a pause, a day its calendar excludes) is not overdue.
+QUIET_SKIPS = (Reason.PAUSED, Reason.CALENDAR)
 RECORDED_PROBLEMS = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.MISSED, RunStatus.ABANDONED)
 
 
@@ -94,6 +98,7 @@ class WatchedJob:
     # Why the scheduler paused it; None when it is not paused, or an operator did.
     pause_reason: str | None = None
     paused_at: datetime | None = None
+    calendars: tuple[calendars.Stored, ...] = ()
 
     @classmethod
     def from_row(cls, row: JobRow) -> WatchedJob:
@@ -110,6 +115,7 @@ class WatchedJob:
             retries=row.retries or 0,
             pause_reason=row.pause_reason if row.paused else None,
             paused_at=row.paused_at,
+            calendars=tuple(calendars.stored(row.calendars)),
         )
 
 
@@ -161,7 +167,7 @@ def overdue(
     """An overdue finding for `period`, unless it (or a later period) succeeded."""
     if success is not None and success.period >= period:
         return None
-    if run is not None and run.status == RunStatus.SKIPPED and run.reason == Reason.PAUSED:
+    if run is not None and run.status == RunStatus.SKIPPED and run.reason in QUIET_SKIPS:
         return None
     if run is None:
         state = "no run was recorded"
@@ -310,6 +316,25 @@ def failure_paused(
     return findings
 
 
+def calendars_ending(jobs: Sequence[WatchedJob], now: datetime) -> list[Finding]:
+    """A finding per calendar of dates whose last date comes within 30 days."""
+    findings = []
+    for job in jobs:
+        for calendar in calendars.ending(job.calendars, now.date()):
+            assert calendar.last is not None
+            findings.append(
+                Finding(
+                    Problem.CALENDAR_ENDING,
+                    job.name,
+                    datetime.combine(calendar.last, time(), UTC),
+                    None,
+                    None,
+                    calendars.ending_text(calendar),
+                )
+            )
+    return findings
+
+
 def alive(node: NodeRow, now: datetime) -> bool:
     return node.stopped_at is None and now - node.heartbeat_at < NODE_SILENT_AFTER
 
@@ -352,6 +377,7 @@ def gather(
         stored_schedules.late(database, templates, SCHEDULE_LATE, LATE_COUNTED), templates
     )
     findings += failure_paused(jobs, stored_schedules.failure_paused(database, templates))
+    findings += calendars_ending(jobs, now)
     return Report(
         checked_at=now,
         window=window,

@@ -92,6 +92,8 @@ class Due:
     overlap_limit: int | None = 1
     origin: Origin = Origin.SCHEDULE
     start: bool = False
+    # It falls on a day its job's calendar excludes: recorded skipped (calendar).
+    excluded: bool = False
 
 
 @dataclass(frozen=True)
@@ -311,6 +313,8 @@ class JobRow:
     previous_timezone: str | None = None
     # Why the scheduler paused it (`pause_after_failures`); None for an operator's pause.
     pause_reason: str | None = None
+    # Its calendars as JSON [{name, last}] (`scheduler.calendars.stored`).
+    calendars: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,11 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from scheduler import logs
 from scheduler import policy as policy_fields
+from scheduler.calendars import Calendar, job_calendars
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.durations import Duration
 from scheduler.errors import JobDefinitionError, ScheduleError, UserError
@@ -55,6 +58,8 @@ class Job:
     # called with, and the code-declared job it is made of (`run.job_table`).
     args: Mapping[str, Any] = field(default_factory=dict, compare=False)
     template: str | None = None
+    # Days its periods are not run (`@job(calendar=...)`): recorded skipped (calendar).
+    calendars: tuple[Calendar, ...] = field(default=(), compare=False)
 
     @property
     def timed(self) -> Schedule:
@@ -80,7 +85,30 @@ class Job:
             period=period,
             lease_seconds=self.policy.lease.total_seconds(),
             overlap_limit=self.policy.overlap.limit,
+            excluded=self.excluded(period) is not None,
         )
+
+    def excluded(self, period: datetime, timezone: str | None = None) -> Calendar | None:
+        """The calendar that excludes the day `period` falls on in the job's zone (or
+        `timezone`, a schedule's), if any. A calendar function that raises is logged
+        (`calendar_failed`) and excludes nothing: the period runs."""
+        if not self.calendars:
+            return None
+        zone = timezone or (self.schedule.timezone if self.schedule else "UTC")
+        day = period.astimezone(ZoneInfo(zone)).date()
+        for calendar in self.calendars:
+            try:
+                if calendar.excludes(day):
+                    return calendar
+            except Exception as error:  # noqa: BLE001 - the user's function, any bug
+                logs.get_logger().warning(
+                    "calendar_failed",
+                    job=self.name,
+                    calendar=calendar.name,
+                    day=day.isoformat(),
+                    error=f"{type(error).__name__}: {error}",
+                )
+        return None
 
     @property
     def lock_key(self) -> int:
@@ -108,6 +136,7 @@ def job(
     pause_after_failures: int | None = DEFAULTS.pause_after_failures,
     on: Mapping[str, Hook | Iterable[Hook]] | None = None,
     executor: Declared | None = None,
+    calendar: Calendar | Sequence[Calendar] | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
 
@@ -154,6 +183,7 @@ def job(
             takes_context=_takes_context(job_name, func, template=cron is None),
             hooks=job_hooks(job_name, on),
             remote=_check_executor(job_name, executor, policy),
+            calendars=job_calendars(job_name, calendar),
         )
 
     return register

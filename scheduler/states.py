@@ -32,6 +32,8 @@ class Reason(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     # Its message waited in the task queue past its deadline (or was never delivered).
     QUEUE_EXPIRED = "queue_expired"
+    # It falls on a day the job's calendar excludes (`@job(calendar=...)`).
+    CALENDAR = "calendar"
 
 
 class Origin(StrEnum):
@@ -56,6 +58,8 @@ class EventKind(StrEnum):
     RECOVERED = "recovered"  # the first success after a `failed` event
     STUCK_ITEM = "stuck_item"  # an item claimed by an attempt that ended without it
     PAUSED = "paused"  # the scheduler paused the job: `pause_after_failures` in a row
+    # A calendar of dates the job skips ends within 30 days (once per calendar and date).
+    CALENDAR_ENDING = "calendar_ending"
 
 
 class Delivery(StrEnum):

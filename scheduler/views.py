@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler import calendars
 from scheduler.check import NODE_SILENT_AFTER, Report, alive
 from scheduler.cron import parse_schedule
 from scheduler.durations import format_duration
@@ -100,6 +101,11 @@ def job_record(job: JobRow, last: RunRow | None, now: datetime, *, retired: bool
         "paused_at": iso(job.paused_at),
         # Why the scheduler paused it (a failure streak); None for an operator's pause.
         "pause_reason": job.pause_reason,
+        # The calendars its periods skip: name and last date (None: a function).
+        "calendars": [
+            {"name": c.name, "last": c.last.isoformat() if c.last else None}
+            for c in calendars.stored(job.calendars)
+        ],
         "next_period": iso(upcoming),
         "first_seen": iso(job.first_seen),
         "last_seen": iso(job.last_seen),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import click
@@ -16,6 +17,9 @@ from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError, UserError
 from scheduler.instants import utc_text
 from scheduler.tables import table
+
+if TYPE_CHECKING:
+    from scheduler.registry import Job
 
 
 @click.command()
@@ -40,26 +44,44 @@ def plan(
     as_json: bool,
     jobs_modules: str,
 ) -> None:
-    """Print JOB's next periods (or those of --cron) in UTC and in its time zone."""
-    schedule = _planned_schedule(job_name, cron, timezone, jobs_modules)
+    """Print JOB's next periods (or those of --cron) in UTC and in its time zone; a period
+    on a day JOB's calendar excludes is marked with the calendar (it will be skipped)."""
+    schedule, job = _planned_schedule(job_name, cron, timezone, jobs_modules)
     moment = parse_period(after, "--after") or datetime.now(UTC)
     zone = ZoneInfo(schedule.timezone)
     upcoming = [(period, period.astimezone(zone)) for period in _upcoming(schedule, moment, count)]
+    skipped_by = {
+        period: calendar.name
+        for period, _ in upcoming
+        if job is not None and (calendar := job.excluded(period)) is not None
+    }
+    with_calendars = job is not None and bool(job.calendars)
     if as_json:
         for period, local in upcoming:
-            record = {"utc": utc_text(period), "local": local.isoformat(), "zone": zone.key}
+            record: dict[str, str | None] = {
+                "utc": utc_text(period),
+                "local": local.isoformat(),
+                "zone": zone.key,
+            }
+            if with_calendars:
+                record["skipped_by_calendar"] = skipped_by.get(period)
             click.echo(json.dumps(record))
         return
-    rows = [
-        [utc_text(period), local.isoformat(), local.strftime("%a %Z")] for period, local in upcoming
-    ]
-    click.echo(table(["PERIOD (UTC)", f"LOCAL ({zone.key})", "DAY"], rows))
+    rows = []
+    for period, local in upcoming:
+        row = [utc_text(period), local.isoformat(), local.strftime("%a %Z")]
+        if with_calendars:
+            row.append(f"skipped ({skipped_by[period]})" if period in skipped_by else "runs")
+        rows.append(row)
+    headers = ["PERIOD (UTC)", f"LOCAL ({zone.key})", "DAY"]
+    click.echo(table(headers + (["CALENDAR"] if with_calendars else []), rows))
 
 
 def _planned_schedule(
     job_name: str | None, cron: str | None, timezone: str | None, jobs_modules: str
-) -> Schedule:
-    """The schedule to plan: a job's from --jobs, or the expression given with --cron."""
+) -> tuple[Schedule, Job | None]:
+    """The schedule to plan: a job's from --jobs (with the job), or the expression given
+    with --cron."""
     if cron is None:
         if timezone is not None:
             raise UserError("--timezone: only with --cron (a job has its own time zone)")
@@ -71,11 +93,11 @@ def _planned_schedule(
         if job_name not in jobs:
             known = ", ".join(sorted(jobs)) or "none"
             raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
-        return jobs[job_name].timed
+        return jobs[job_name].timed, jobs[job_name]
     if job_name is not None:
         raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
     try:
-        return parse_schedule(cron, timezone or "UTC")
+        return parse_schedule(cron, timezone or "UTC"), None
     except ScheduleError as error:
         raise UserError(f"--{error.field}: {error.message}") from None
 

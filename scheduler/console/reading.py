@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from scheduler import retirement
+from scheduler import calendars, retirement
 from scheduler.admin import Admin, RunDetail
 from scheduler.check import Finding, alive, is_lingering, lingering
 from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
@@ -72,6 +72,9 @@ class JobPage:
     stuck: list[ItemRow]
     items: list[ItemRow]
     requests: list[RequestRow]
+    # The calendars its periods skip, and which of them end within 30 days.
+    calendars: list[calendars.Stored] = field(default_factory=list)
+    ending: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,10 @@ def read_job(admin: Admin, name: str) -> JobPage | None:
         stuck=stuck,
         items=recent,
         requests=asked.recent(database, name, 10),
+        calendars=calendars.stored(job.calendars),
+        ending=[
+            c.name for c in calendars.ending(calendars.stored(job.calendars), header.now.date())
+        ],
     )
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import hooks, metrics
+from scheduler import calendars, hooks, metrics
 from scheduler.hooks import Hook
 from scheduler.node.hook_calls import HookCall, Lingering
 from scheduler.node.peers import jobs_digest
@@ -64,6 +65,8 @@ LINGER_HOLD_S = 60.0
 # Pending events of a job nobody has run for this long are unrouted; looked for this often.
 ORPHANED_AFTER_S = 24 * 3600.0
 ORPHAN_SCAN_S = 600.0
+# Calendars of dates ending within 30 days are looked for this often.
+CALENDAR_SCAN_S = 3600.0
 
 
 def retry_delay(tries: int) -> float:
@@ -101,6 +104,7 @@ class Alerts(SideThread):
         self._job_set = jobs_digest(jobs.values())
         self._next_stuck_scan = 0.0
         self._next_orphan_scan = 0.0
+        self._next_calendar_scan = 0.0
         # Tries whose hook calls outlived their timeout, by event key; their holds are
         # renewed at `_next_renewal`.
         self._lingering: dict[str, Lingering] = {}
@@ -139,6 +143,9 @@ class Alerts(SideThread):
             if time.monotonic() >= self._next_orphan_scan:
                 self._next_orphan_scan = time.monotonic() + ORPHAN_SCAN_S
                 self.unroute_orphans()
+            if time.monotonic() >= self._next_calendar_scan:
+                self._next_calendar_scan = time.monotonic() + CALENDAR_SCAN_S
+                self.record_calendars_ending()
             self._settle_lingering()
             ours = self._deliver_all(self._stopping.is_set)
         except StoreError as error:
@@ -157,6 +164,27 @@ class Alerts(SideThread):
             self._log.warning(
                 "alert_unrouted", job=job, events=count, after_h=ORPHANED_AFTER_S / 3600
             )
+
+    def record_calendars_ending(self) -> None:
+        """Record, as events, the calendars of dates of this node's jobs that end within
+        30 days (once per job, calendar and last date, whichever node looks first)."""
+        today = datetime.now(UTC).date()
+        found = [
+            (job.name, calendar)
+            for job in self._jobs.values()
+            for calendar in calendars.ending(
+                [calendars.Stored(c.name, c.last) for c in job.calendars], today
+            )
+        ]
+        if found:
+            born.calendars_ending(self._database, found)
+            for name, calendar in found:
+                self._log.warning(
+                    "calendar_ending",
+                    job=name,
+                    calendar=calendar.name,
+                    last=calendar.last.isoformat() if calendar.last else None,
+                )
 
     def _settle_lingering(self) -> None:
         """Settle the tries whose late calls ended; keep holding the others' events."""

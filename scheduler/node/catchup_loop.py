@@ -209,7 +209,10 @@ class CatchUp:
         """Write one job's plan and dispatch what it won; return the new watermark and
         whether the cap on claims cut the plan short."""
         missing = [period for period in scan.periods if period not in existing]
-        plan = catchup.plan(missing, now, scan.job.policy, pauses)
+        job = scan.job
+        plan = catchup.plan(
+            missing, now, job.policy, pauses, lambda period: job.excluded(period) is not None
+        )
         written = self._write(scan.job, plan)
         for claim in written.won:
             self._submit(claim)

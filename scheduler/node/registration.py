@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler import logs
+from scheduler import calendars, logs
 from scheduler.node.peers import jobs_digest
 from scheduler.registry import TEMPLATE_CRON, Job
 from scheduler.store import job_sets
@@ -38,4 +38,5 @@ def definition_row(job: Job) -> job_rows.JobDefinitionRow:
         timeout_seconds=policy.timeout.total_seconds() if policy.timeout else None,
         retries=policy.retries,
         alert_after_seconds=policy.overdue_after.total_seconds(),
+        calendars=calendars.stored_text(job.calendars),
     )

@@ -136,10 +136,22 @@ def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
     # The row is taken again when its next period's jitter has run out.
     period = decided.state.next_due
     fires_at = period + delay(period) if period is not None else None
+
+    def excluded(period: datetime) -> bool:
+        return job.excluded(period, row.timezone) is not None
+
     return Fired(
-        due=[Due(job.name, period, lease, limit, origin) for period, origin in decided.run],
+        due=[
+            Due(job.name, period, lease, limit, origin, excluded=excluded(period))
+            for period, origin in decided.run
+        ],
         recorded=[Entry(period, RunStatus.SKIPPED, reason) for period, reason in decided.skip]
-        + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in decided.missed],
+        + [
+            Entry(period, RunStatus.SKIPPED, Reason.CALENDAR)
+            if excluded(period)
+            else Entry(period, RunStatus.MISSED, Reason.WINDOW)
+            for period in decided.missed
+        ],
         lease_seconds=lease,
         next_due_at=fires_at,
         owed=firing.owed_text(decided.state.owed),

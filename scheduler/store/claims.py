@@ -163,13 +163,14 @@ _OVERLAPPING_SQLITE = f"""(:overlap_limit IS NOT NULL
     AND EXISTS (SELECT 1 {_EARLIER_SQLITE} AND {_RUNNING_SQLITE})
     AND (SELECT count(*) {_EARLIER_SQLITE}
          AND {occupant_sql(":now", _RUNNING_SQLITE)}) >= :overlap_limit)"""
-_SKIPPED_SQLITE = f"({_PAUSED_SQLITE} OR {_OVERLAPPING_SQLITE})"
+_SKIPPED_SQLITE = f"(:excluded OR {_PAUSED_SQLITE} OR {_OVERLAPPING_SQLITE})"
 _CLAIM_SQLITE = f"""
     INSERT INTO {RUNS} (id, job, period, status, reason, origin, attempt, started_attempts,
                         holder, lease_seconds, lease_expires_at, claimed_at, finished_at)
     VALUES (:id, :job, :period,
             CASE WHEN {_SKIPPED_SQLITE} THEN 'skipped' ELSE 'claimed' END,
-            CASE WHEN {_PAUSED_SQLITE} THEN 'paused'
+            CASE WHEN :excluded THEN 'calendar'
+                 WHEN {_PAUSED_SQLITE} THEN 'paused'
                  WHEN {_OVERLAPPING_SQLITE} THEN 'overlap' END,
             :origin, 1, 0, :holder, :lease_seconds,
             CASE WHEN {_SKIPPED_SQLITE} THEN NULL ELSE :expiry END,
@@ -206,6 +207,7 @@ def _insert_claims(
             "holder": holder,
             "lease_seconds": item.lease_seconds,
             "overlap_limit": item.overlap_limit,
+            "excluded": item.excluded,
             "batch": batch_ids,
             "returned": returned_ids,
             "expiry": Database.host_after(item.lease_seconds),
@@ -266,10 +268,11 @@ _CLAIM_POSTGRES = f"""
            CASE WHEN verdict.reason IS NOT NULL THEN statement_timestamp() END
     FROM unnest(CAST(:ids AS TEXT[]), CAST(:jobs AS TEXT[]), CAST(:periods AS TIMESTAMPTZ[]),
                 CAST(:origins AS TEXT[]), CAST(:leases AS FLOAT8[]), CAST(:limits AS INT[]),
-                CAST(:starts AS BOOLEAN[]))
-         AS due(id, job, period, origin, lease_seconds, overlap_limit, start)
+                CAST(:starts AS BOOLEAN[]), CAST(:excluded AS BOOLEAN[]))
+         AS due(id, job, period, origin, lease_seconds, overlap_limit, start, excluded)
     CROSS JOIN LATERAL (
         SELECT CASE
+            WHEN due.excluded THEN 'calendar'
             WHEN EXISTS (SELECT FROM scheduler_jobs AS job
                          WHERE job.name = due.job AND job.paused) THEN 'paused'
             WHEN due.overlap_limit IS NOT NULL
@@ -327,6 +330,7 @@ def _insert_claims_postgres(
             "leases": [item.lease_seconds for item in due],
             "limits": [item.overlap_limit for item in due],
             "starts": [item.start and item.period == first[item.job] for item in due],
+            "excluded": [item.excluded for item in due],
         },
     )
     _collect(candidates, rows, holder, sent, result)

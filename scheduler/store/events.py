@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, time
 from typing import Any
 
+from scheduler import calendars
 from scheduler.instants import utc_text
 from scheduler.model import Claim, Finish
 from scheduler.states import Delivery, EventKind, Reason, RunStatus
@@ -22,8 +23,8 @@ from scheduler.store.wakeups import Wake, notify_on
 EVENTS = "scheduler_events"
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
-# Skips an operator asked for (a pause) are not news to anyone.
-QUIET_REASONS = frozenset({Reason.PAUSED})
+# Skips an operator asked for (a pause, a calendar's day) are not news to anyone.
+QUIET_REASONS = frozenset({Reason.PAUSED, Reason.CALENDAR})
 DETAIL_LIMIT = 2000
 
 
@@ -259,6 +260,20 @@ def paused(database: Database, connection: Connection, outcome: Finish, streak: 
         claim.id, EventKind.PAUSED, detail=streaks.pause_reason(streak), streak=streak
     )
     insert(database, connection, [(claim.job, claim.period, claim.attempt, event)])
+
+
+def calendars_ending(database: Database, found: Sequence[tuple[str, calendars.Stored]]) -> None:
+    """Calendars of dates (job, calendar) that end within 30 days: one event per job,
+    calendar and last date, ever (a calendar given more dates warns again later)."""
+    rows = []
+    for job, calendar in found:
+        assert calendar.last is not None
+        detail = calendars.ending_text(calendar)
+        event = Candidate("", EventKind.CALENDAR_ENDING, calendar.name, detail=detail)
+        rows.append((job, datetime.combine(calendar.last, time(), UTC), None, event))
+    if rows:
+        with database.transaction() as connection:
+            insert(database, connection, rows)
 
 
 def stuck(database: Database, found: Sequence[tuple[str, datetime, str, str, int]]) -> None:

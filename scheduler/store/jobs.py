@@ -27,6 +27,7 @@ class JobDefinitionRow:
     timeout_seconds: float | None
     retries: int
     alert_after_seconds: float
+    calendars: str | None = None
 
 
 _POLICY_COLUMNS = (
@@ -36,6 +37,7 @@ _POLICY_COLUMNS = (
     "timeout_seconds",
     "retries",
     "alert_after_seconds",
+    "calendars",
 )
 _DEFINITION_COLUMNS = ("name", *_POLICY_COLUMNS)
 
@@ -49,13 +51,14 @@ def _upsert(database: Database, source: str) -> str:
     now = database.now
     return f"""
         INSERT INTO {JOBS} (name, cron, timezone, lease_seconds, timeout_seconds, retries,
-                            alert_after_seconds, first_seen, last_seen, paused)
+                            alert_after_seconds, calendars, first_seen, last_seen, paused)
         {source}
         ON CONFLICT (name) DO UPDATE SET
             cron = excluded.cron, timezone = excluded.timezone,
             lease_seconds = excluded.lease_seconds,
             timeout_seconds = excluded.timeout_seconds, retries = excluded.retries,
-            alert_after_seconds = excluded.alert_after_seconds, last_seen = {now},
+            alert_after_seconds = excluded.alert_after_seconds,
+            calendars = excluded.calendars, last_seen = {now},
             schedule_changed_at = CASE WHEN {_CHANGED} THEN {now}
                                        ELSE {JOBS}.schedule_changed_at END,
             previous_cron = CASE WHEN {_CHANGED} THEN {JOBS}.cron
@@ -84,7 +87,7 @@ def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> Non
                         CAST(:name AS TEXT[]), CAST(:cron AS TEXT[]),
                         CAST(:timezone AS TEXT[]), CAST(:lease_seconds AS FLOAT8[]),
                         CAST(:timeout_seconds AS FLOAT8[]), CAST(:retries AS INT[]),
-                        CAST(:alert_after_seconds AS FLOAT8[]))""",
+                        CAST(:alert_after_seconds AS FLOAT8[]), CAST(:calendars AS TEXT[]))""",
                 ),
                 {
                     column: [getattr(definition, column) for definition in definitions]
@@ -96,7 +99,8 @@ def register(database: Database, definitions: Sequence[JobDefinitionRow]) -> Non
             _upsert(
                 database,
                 f"""VALUES (:name, :cron, :timezone, :lease_seconds, :timeout_seconds,
-                            :retries, :alert_after_seconds, {now}, {now}, FALSE)""",
+                            :retries, :alert_after_seconds, :calendars, {now}, {now},
+                            FALSE)""",
             ),
             [
                 {column: getattr(definition, column) for column in _DEFINITION_COLUMNS}

@@ -157,6 +157,8 @@ jobs = Table(
     Column("timeout_seconds", Float),
     Column("retries", Integer),
     Column("alert_after_seconds", Float),
+    # The calendars its periods skip, as JSON [{name, last}] (`scheduler.calendars`).
+    Column("calendars", Text),
 )
 
 pauses = Table(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
+from scheduler import calendars
 from scheduler.check import (
     Problem,
     WatchedJob,
     alive,
     assess,
+    calendars_ending,
     expected_period,
+    failure_paused,
     is_lingering,
     lingering,
     overdue,
@@ -120,6 +123,34 @@ def test_a_period_skipped_for_overlap_is_overdue_but_one_skipped_while_paused_is
     assert finding is not None
     assert finding.reason == "overlap"
     assert overdue(HOURLY, at(11), run(at(11), "skipped", reason="paused"), None) is None
+
+
+def test_a_period_on_a_day_its_calendar_excludes_is_not_overdue() -> None:
+    holiday = run(at(11), "skipped", reason="calendar")
+    assert overdue(HOURLY, at(11), holiday, None) is None
+
+
+def test_a_calendar_whose_dates_end_within_30_days_is_a_finding() -> None:
+    kept = '[{"name": "holidays", "last": "2026-04-01"}, {"name": "weekends", "last": null}]'
+    soon = replace(HOURLY, calendars=tuple(calendars.stored(kept)))
+    later = replace(soon, name="later", calendars=(calendars.Stored("x", date(2026, 6, 1)),))
+    (finding,) = calendars_ending([soon, later, HOURLY], NOW)
+    assert (finding.problem, finding.job) == (Problem.CALENDAR_ENDING, "hourly")
+    assert finding.period == datetime(2026, 4, 1, tzinfo=UTC)
+    assert finding.detail.startswith("calendar 'holidays' lists days up to 2026-04-01 only")
+
+
+def test_a_job_paused_by_a_failure_streak_is_a_finding_and_one_an_operator_paused_is_not() -> None:
+    streak = "paused by the scheduler: 5 periods failed in a row"
+    by_failures = replace(HOURLY, paused=True, pause_reason=streak, paused_at=at(10))
+    by_operator = replace(HOURLY, name="calm", paused=True, paused_at=at(10))
+    (finding,) = failure_paused([by_failures, by_operator], {})
+    assert (finding.problem, finding.job, finding.period) == (
+        Problem.PAUSED_BY_FAILURES,
+        "hourly",
+        at(10),
+    )
+    assert finding.detail == f"{streak}; fix it, then `scheduler resume hourly`"
 
 
 def test_failed_timed_out_missed_and_given_up_runs_are_problems() -> None:
