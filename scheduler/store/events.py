@@ -162,15 +162,20 @@ def finished(database: Database, connection: Connection, outcome: Finish) -> int
 
 def finish_arrays(outcomes: Sequence[Finish]) -> dict[str, list[Any]]:
     """PostgreSQL: the candidate events of a batch of outcomes, as arrays for the finish
-    statement, which keeps those of the rows it wrote."""
+    statement, which keeps those of the rows it wrote: the final failures' apart (their
+    streak is read), the others as they are."""
     candidates = [candidate for outcome in outcomes for candidate in of_finish(outcome)]
+    failed = [c for c in candidates if c.kind is EventKind.FAILED]
+    others = [c for c in candidates if c.kind is not EventKind.FAILED]
     return {
-        "event_ids": [candidate.run_id for candidate in candidates],
-        "event_kinds": [candidate.kind.value for candidate in candidates],
-        "event_subjects": [candidate.subject for candidate in candidates],
-        "event_details": [candidate.detail for candidate in candidates],
-        "event_needs": [candidate.need for candidate in candidates],
-        "event_caps": [candidate.cap for candidate in candidates],
+        "event_ids": [candidate.run_id for candidate in others],
+        "event_kinds": [candidate.kind.value for candidate in others],
+        "event_subjects": [candidate.subject for candidate in others],
+        "event_details": [candidate.detail for candidate in others],
+        "failed_ids": [candidate.run_id for candidate in failed],
+        "failed_details": [candidate.detail for candidate in failed],
+        "failed_needs": [candidate.need for candidate in failed],
+        "failed_caps": [candidate.cap for candidate in failed],
     }
 
 

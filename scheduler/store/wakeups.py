@@ -81,9 +81,10 @@ RETRY_NOTIFY_SQL = (
 )
 
 
-# The alert wake carried inside the batched finish: sent once if the statement gave
-# birth to any event (a `born` CTE returning a row per event inserted).
-ALERT_NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', '{Wake.ALERT.value}') FROM born LIMIT 1"
+def alert_notify_sql(born: str) -> str:
+    """The alert wake carried inside the batched finish: sent once if the statement gave
+    birth to any event (`born`: a relation with a row per event inserted)."""
+    return f"SELECT pg_notify('{CHANNEL}', '{Wake.ALERT.value}') FROM {born} LIMIT 1"
 
 
 # A claim that won more periods than this says nothing (a payload holds 8,000 bytes);

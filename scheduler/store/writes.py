@@ -33,7 +33,7 @@ from scheduler.store.fence import (
     fence_of,
     fence_params,
 )
-from scheduler.store.wakeups import ALERT_NOTIFY_SQL, RETRY_NOTIFY_SQL, Wake, notify_on
+from scheduler.store.wakeups import RETRY_NOTIFY_SQL, Wake, alert_notify_sql, notify_on
 
 
 def start(database: Database, claim: Claim, *, in_turn: bool = False) -> Started:
@@ -364,6 +364,8 @@ _OPEN_ALERT_SQL = f"""(
         WHERE before.job = done.job AND before.period < done.period
           AND before.kind IN ('failed', 'recovered')
         ORDER BY before.period DESC, before.kind LIMIT 1)"""
+_RECOVERED_STREAK_SQL = streaks.before_sql("done.job", "done.period", str(streaks.RECOVERED_CAP))
+_BORN_SQL = "(SELECT FROM born UNION ALL SELECT FROM failed_born) AS news"
 _FINISH_POSTGRES = f"""
     WITH locked AS ({LOCK_IN_ORDER_SQL}), done AS (
     UPDATE {RUNS} AS run
@@ -388,47 +390,44 @@ _FINISH_POSTGRES = f"""
       AND (NOT done.waiting_only OR run.status = 'claimed')
     RETURNING run.id, run.attempt, run.holder, run.job, run.period,
               {RETRY_NOTIFY_SQL} AS woke
-    ), judged AS (
-    SELECT done.job, done.period, done.id, done.attempt, candidate.kind, candidate.subject,
-           candidate.detail, candidate.need, candidate.cap,
-           CASE WHEN candidate.kind IN ('failed', 'recovered') THEN {_OPEN_ALERT_SQL} END
-               AS open_alert
-    FROM unnest(CAST(:event_ids AS TEXT[]), CAST(:event_kinds AS TEXT[]),
-                CAST(:event_subjects AS TEXT[]), CAST(:event_details AS TEXT[]),
-                CAST(:event_needs AS INT[]), CAST(:event_caps AS INT[]))
-         AS candidate(id, kind, subject, detail, need, cap)
-    JOIN done ON done.id = candidate.id
-    ), counted AS (
-    SELECT judged.*,
-           CASE WHEN judged.kind = 'failed'
-                THEN 1 + {streaks.before_sql("judged.job", "judged.period", "judged.cap")}
-                WHEN judged.kind = 'recovered' AND judged.open_alert IS TRUE
-                THEN {streaks.before_sql("judged.job", "judged.period", "judged.cap")}
-           END AS streak
-    FROM judged
     ), born AS (
     INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, detail, streak,
                                created_at, state, tries, next_try_at)
-    SELECT counted.job, counted.period, counted.kind, counted.subject, counted.id,
-           counted.attempt,
-           CASE counted.kind
-               WHEN 'failed' THEN concat_ws('; ', CASE WHEN counted.streak > 1
-                   THEN counted.streak || ' periods failed in a row' END, counted.detail)
-               WHEN 'recovered'
-               THEN 'after ' || counted.streak || ' failed period(s) in a row'
-               ELSE counted.detail END,
-           counted.streak, statement_timestamp(), 'pending', 0, statement_timestamp()
-    FROM counted
-    WHERE counted.kind NOT IN ('failed', 'recovered')
-       OR (counted.kind = 'failed' AND counted.open_alert IS NOT TRUE
-           AND counted.streak >= counted.need)
-       OR (counted.kind = 'recovered' AND counted.open_alert IS TRUE)
+    SELECT done.job, done.period, candidate.kind, candidate.subject, done.id, done.attempt,
+           CASE WHEN candidate.kind = 'recovered'
+                THEN 'after ' || {_RECOVERED_STREAK_SQL} || ' failed period(s) in a row'
+                ELSE candidate.detail END,
+           CASE WHEN candidate.kind = 'recovered' THEN {_RECOVERED_STREAK_SQL} END,
+           statement_timestamp(), 'pending', 0, statement_timestamp()
+    FROM unnest(CAST(:event_ids AS TEXT[]), CAST(:event_kinds AS TEXT[]),
+                CAST(:event_subjects AS TEXT[]), CAST(:event_details AS TEXT[]))
+         AS candidate(id, kind, subject, detail)
+    JOIN done ON done.id = candidate.id
+    WHERE candidate.kind <> 'recovered' OR {_OPEN_ALERT_SQL} IS TRUE
     ON CONFLICT DO NOTHING
     RETURNING 1
-    ), alerted AS ({ALERT_NOTIFY_SQL})
-    SELECT done.id, done.attempt, done.holder, done.woke, counted.streak
-    FROM done LEFT JOIN counted ON counted.id = done.id AND counted.kind = 'failed'
-    LEFT JOIN alerted ON TRUE
+    ), failing AS MATERIALIZED (
+    -- Each final failure's streak (none in a batch of successes).
+    SELECT done.job, done.period, done.id, done.attempt, failed.detail, failed.need,
+           1 + {streaks.before_sql("done.job", "done.period", "failed.cap")} AS streak
+    FROM unnest(CAST(:failed_ids AS TEXT[]), CAST(:failed_details AS TEXT[]),
+                CAST(:failed_needs AS INT[]), CAST(:failed_caps AS INT[]))
+         AS failed(id, detail, need, cap)
+    JOIN done ON done.id = failed.id
+    ), failed_born AS (
+    INSERT INTO {EVENTS} (job, period, kind, subject, run_id, attempt, detail, streak,
+                               created_at, state, tries, next_try_at)
+    SELECT done.job, done.period, 'failed', '', done.id, done.attempt,
+           concat_ws('; ', CASE WHEN done.streak > 1
+                                THEN done.streak || ' periods failed in a row' END, done.detail),
+           done.streak, statement_timestamp(), 'pending', 0, statement_timestamp()
+    FROM failing AS done
+    WHERE done.streak >= done.need AND {_OPEN_ALERT_SQL} IS NOT TRUE
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+    ), alerted AS ({alert_notify_sql(_BORN_SQL)})
+    SELECT done.id, done.attempt, done.holder, done.woke, failing.streak
+    FROM done LEFT JOIN failing ON failing.id = done.id LEFT JOIN alerted ON TRUE
 """
 
 

@@ -104,6 +104,7 @@ def test_periods_on_excluded_days_are_skipped_and_ending_calendars_warn(
             "--json",
         ],
         tmp_path,
+        60.0,
         **env,
     )
     assert [json.loads(line)["skipped_by_calendar"] for line in planned.stdout.splitlines()] == [
