@@ -112,7 +112,10 @@ def record(
                 f" WHERE {MINE_SQL} AND status IN ({_BEGUN_SQL}) AND began_at IS NULL",
                 fence_params(claim),
             )
-        applied = [_finish_one(database, connection, outcome) for outcome in outcomes]
+        # Oldest period first, so that each outcome's streak sees the ones before it.
+        order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.period)
+        written = {i: _finish_one(database, connection, outcomes[i]) for i in order}
+        applied = [written[i] for i in range(len(outcomes))]
         started = [_start_one(database, connection, request) for request in starts]
     return applied, started
 
@@ -446,11 +449,12 @@ def _finish_postgres(
 
 
 def _rounds(outcomes: Sequence[Finish]) -> list[list[int]]:
-    """Indexes of the outcomes, the k-th outcome of each job in round k (one round when
-    every job has one, as nearly always)."""
+    """Indexes of the outcomes, the k-th outcome of each job in period order in round k
+    (one round when every job has one, as nearly always)."""
     rounds: list[list[int]] = []
     seen: dict[str, int] = {}
-    for index, outcome in enumerate(outcomes):
+    for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.period):
+        outcome = outcomes[index]
         k = seen.get(outcome.claim.job, 0)
         seen[outcome.claim.job] = k + 1
         if k == len(rounds):

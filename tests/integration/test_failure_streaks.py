@@ -125,7 +125,8 @@ def test_one_batch_with_several_outcomes_of_a_job_reads_them_in_order(database: 
         _outcome(claim, ok, 2, None)
         for claim, ok in zip(claimed, [False, False, False, True, False, False], strict=True)
     ]
-    assert writes.record(database, outcomes, [])[0] == [True] * 6
+    # Handed over newest first: they are written oldest first all the same.
+    assert writes.record(database, outcomes[::-1], [])[0] == [True] * 6
     assert _events(database, "burst") == [
         (1, "failed", 2, "2 periods failed in a row; ValueError: boom"),
         (3, "recovered", 3, "after 3 failed period(s) in a row"),
