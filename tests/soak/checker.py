@@ -432,7 +432,8 @@ def skip_justified(history: History, row: RunRow, found: Sequence[Body]) -> bool
     0.25 s, the skip's decision + 0.25 s] (the decision: the skip row's finished_at,
     the statement's time), the ledger shows a body of an earlier period of the job
     occupying it (see `occupancy`). A `queue` job needs two earlier periods, one of
-    them running so, the other running too or claimed and not yet started then."""
+    them running so, the other running too or claimed and not yet started then (its
+    latest attempt: a retry or a takeover waiting its turn counts)."""
     spec = history.jobs[row.job]
     if spec.overlap == "allow":
         return False
@@ -450,15 +451,27 @@ def skip_justified(history: History, row: RunRow, found: Sequence[Body]) -> bool
         return False
     rows = _rows(history)
     first_start: dict[datetime, float] = {}
+    # When each attempt first started its body.
+    started: dict[tuple[str, int], float] = {}
     for body in earlier:
         first_start[body.period] = min(first_start.get(body.period, body.start), body.start)
+        started[body.attempt_key] = min(started.get(body.attempt_key, body.start), body.start)
     waiting = set()
     for (job, period), other in rows.items():
         if job != row.job or period >= row.period or period in running:
             continue
+        if other.status == "skipped":
+            continue
+        # Claimed by the skip's decision and no body begun by the period's instant (an
+        # earlier period: its first claim came at its own instant).
         claimed_by_then = other.attempt > 1 or other.claimed_at <= high
-        not_started = first_start.get(period, float("inf")) >= low
-        if claimed_by_then and not_started and other.status != "skipped":
+        never_started = first_start.get(period, float("inf")) >= low
+        # Or its latest attempt, a retry or a takeover from a dead node (which moves
+        # `claimed_at` to its own claim), claimed by then and waiting its turn behind the
+        # body running: its first attempt's body may have begun, and died, before.
+        latest = started.get((other.run_id, other.attempt), float("inf"))
+        retaken_waiting = other.attempt > 1 and other.claimed_at <= high and latest >= low
+        if (claimed_by_then and never_started) or retaken_waiting:
             waiting.add(period)
     return len(running) + len(waiting) >= 2
 

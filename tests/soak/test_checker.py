@@ -290,6 +290,38 @@ def test_a_queue_skip_needs_one_running_and_one_waiting() -> None:
     assert rules(check(history([job], quick, runs))) == ["3 unaccounted"]
 
 
+def test_a_queue_skip_counts_a_period_taken_over_and_waiting_its_turn() -> None:
+    """Seed 812976293: period 0's node is killed as its body begins; a peer takes it
+    over at 2.04 and it waits behind period 2's body, running on another node; period 4
+    finds one running and one waiting, and is skipped. Taken over after period 4's
+    decision instead, nothing waited: the skip is unaccounted."""
+    job = spec("q", "queue", due=(0, 2, 4))
+    lines = [
+        *body(0, 0.4, None, job="q"),
+        *body(2, 2.03, 7.04, job="q", node=NODE_2),
+        *body(0, 7.3, 8.8, job="q", attempt=2, node=NODE_2),
+    ]
+    killed = AttemptRow(
+        "q-0", 1, "q", at(0), NODE_1, "abandoned", "lease_expired", T0 + 0.4, T0 + 2.04
+    )
+    gone = [Exit("soak-1", 100, T0 + 0.5, -9, expected=True)]
+
+    def runs(taken_over: float) -> list[RunRow]:
+        return [
+            row(
+                0, job="q", attempt=2, holder=NODE_2, claimed=taken_over, started=7.3, finished=8.85
+            ),
+            row(2, job="q", holder=NODE_2, started=2.02, finished=7.07),
+            row(4, "skipped", job="q", reason="overlap", finished=4.01),
+        ]
+
+    fields: dict[str, Any] = {"attempts": [killed], "exits": gone}
+    verdict = check(history([job], lines, runs(2.04), **fields))
+    assert verdict.ok, verdict.findings
+    late = check(history([job], lines, runs(4.5), **fields))
+    assert rules(late) == ["3 unaccounted"]
+
+
 def test_failures_are_accounted_only_when_the_job_failed_for_a_fault() -> None:
     job = spec("items", due=(0,))
     errored = body(0, 0.0, 1.0, job="items", close=ERROR)
