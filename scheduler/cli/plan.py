@@ -44,8 +44,10 @@ def plan(
     as_json: bool,
     jobs_modules: str,
 ) -> None:
-    """Print JOB's next periods (or those of --cron) in UTC and in its time zone; a period
-    on a day JOB's calendar excludes is marked with the calendar (it will be skipped)."""
+    """Print JOB's next periods (or those of --cron) in UTC and in its time zone.
+
+    A period on a day JOB's calendar excludes is marked with the calendar: it will be
+    skipped."""
     schedule, job = _planned_schedule(job_name, cron, timezone, jobs_modules)
     moment = parse_period(after, "--after") or datetime.now(UTC)
     zone = ZoneInfo(schedule.timezone)
