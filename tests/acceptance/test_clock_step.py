@@ -87,3 +87,42 @@ def test_a_clock_stepped_an_hour_ahead_claims_nothing_early(
     assert sum(row["status"] == RunStatus.SUCCEEDED for row in rows) >= 4
     skew = next(event for event in node.events() if event.get("event") == "clock_skew")
     assert 3590 <= abs(float(skew["offset_s"])) <= 3610
+
+
+@pytest.mark.parametrize("offset_s", [-120, 120])
+def test_a_node_started_with_its_clock_off_claims_from_the_database_clock(
+    tmp_path: Path, postgres_url: str, offset_s: int
+) -> None:
+    """The node's first periods are the database clock's, whichever way its host clock
+    is off when it starts: behind, it does not fire the periods between its clock and
+    the database's at once (a burst of past periods as live ones); ahead, it does not
+    leave the periods until its own clock to a later catch-up."""
+    if LIBFAKETIME is None:
+        pytest.fail("libfaketime is missing: run scripts/test (it installs faketime)")
+    faked = {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME": f"{offset_s:+d}",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    log = tmp_path / "executions.txt"
+    with psycopg.connect(postgres_url) as connection:
+        (started,) = connection.execute("SELECT now()").fetchone() or (None,)
+    assert isinstance(started, datetime)
+    node = start_node(tmp_path, "off", postgres_url, "clockwise", EXECUTION_LOG=str(log), **faked)
+    try:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+        node.wait_for(lambda event: _succeeded_after(event, started), timeout=60, count=4)
+    finally:
+        assert node.stop() == 0
+    skew = next(event for event in node.events() if event.get("event") == "clock_skew")
+    assert abs(abs(float(skew["offset_s"])) - abs(offset_s)) <= 5
+    rows = run_rows(postgres_url, "every-second")
+    early = [row["period"] for row in rows if row["period"] < started - timedelta(seconds=1)]
+    assert early == [], f"periods before the node started were fired: {early[:3]} ..."
+    late = [
+        (row["period"], row["claimed_at"])
+        for row in rows
+        if row["claimed_at"] - row["period"] > timedelta(seconds=5)
+    ]
+    assert late == [], f"periods claimed late: {late[:3]}"
+    assert missing_seconds([row["period"] for row in rows]) == []
