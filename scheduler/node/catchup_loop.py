@@ -131,6 +131,11 @@ class CatchUp:
         # Each job's watermark as last read, and the first period after it.
         self._first_past_watermark: dict[str, tuple[datetime, datetime | None]] = {}
 
+    def live_from(self, since: datetime) -> None:
+        """The live loop claims the periods after `since` (the database clock when it
+        began): catch-up's are those before."""
+        self._live_since = since
+
     def run_pass(self, now: datetime) -> bool:
         """Handle every job once; True if some job has more history left to scan.
 
@@ -281,6 +286,10 @@ class CatchUpLoop(SideThread):
         self._catch_up = catch_up
         self._clock = clock
         self._interval = interval.total_seconds()
+
+    def live_from(self, since: datetime) -> None:
+        """See `CatchUp.live_from`; before the loop starts."""
+        self._catch_up.live_from(since)
 
     def step(self) -> float:
         try:

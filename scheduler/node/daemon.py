@@ -134,7 +134,8 @@ class Daemon:
         self._retrying = False
         self._early_said = -EARLY_WARNING_S
         # The live loop claims every period after this instant; earlier ones are
-        # catch-up's.
+        # catch-up's. Set again once the database clock is read (`run`): this host's
+        # clock, which is all the node has until then, may be off by any amount.
         self._live_since = self._clock.now()
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self._summary = Summary(settings.summary_interval, self._log)
@@ -251,6 +252,8 @@ class Daemon:
         if self._watch is not None:
             self._watch.start()
         self.heartbeat.calibrate()
+        self._live_since = self._clock.now()
+        self._catch_up.live_from(self._live_since)
         self.heartbeat.find_peers()
         self._log.info(
             "node_started",
