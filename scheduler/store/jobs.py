@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler.model import JobRow, PauseRow
 from scheduler.store.connection import in_list
-from scheduler.store.database import Database
+from scheduler.store.database import Connection, Database
 from scheduler.store.wakeups import Wake, notify_on
 
 JOBS = "scheduler_jobs"
@@ -129,36 +129,56 @@ def set_paused(database: Database, name: str, *, paused: bool) -> bool:
 
     Each pause is also kept in `scheduler_pauses`, so that catch-up knows every pause,
     not only the latest."""
-    now = database.now
-    if paused:
-        change = f"paused = TRUE, paused_at = {now}, pause_reason = NULL"
-        change += " WHERE name = :name AND NOT paused"
-    else:
-        change = f"paused = FALSE, resumed_at = {now}, pause_reason = NULL"
-        change += " WHERE name = :name AND paused"
-    statement = f"UPDATE {JOBS} SET {change} RETURNING paused_at, resumed_at"
     with database.transaction() as connection:
-        changed = connection.execute(statement, {"name": name}).first()
-        if changed is not None:
-            if paused:
-                connection.execute(
-                    f"INSERT INTO {PAUSES} (job, paused_at) VALUES (:job, :paused_at)",
-                    {"job": name, "paused_at": changed.paused_at},
-                )
-            else:
-                connection.execute(
-                    f"""UPDATE {PAUSES} SET resumed_at = :resumed_at
-                        WHERE job = :job AND resumed_at IS NULL""",
-                    {"job": name, "resumed_at": changed.resumed_at},
-                )
-                # Retries of a paused job wait for its resume: they may be due now.
-                notify_on(database, connection, Wake.RECOVERY)
+        if paused:
+            changed = pause_in(database, connection, name)
+        else:
+            changed = _resume_in(database, connection, name)
+        if changed:
             return True
         found = connection.execute(
             f"SELECT name FROM {JOBS} WHERE name = :name",
             {"name": name},
         )
         return found.first() is not None
+
+
+def pause_in(
+    database: Database, connection: Connection, name: str, reason: str | None = None
+) -> bool:
+    """Pause a job inside the caller's transaction, recorded in `scheduler_pauses` with
+    `reason` (None: an operator's pause; else the scheduler's, and why); False if it
+    was paused already, or is unknown."""
+    paused = connection.execute(
+        f"""UPDATE {JOBS} SET paused = TRUE, paused_at = {database.now}, pause_reason = :reason
+            WHERE name = :name AND NOT paused RETURNING paused_at""",
+        {"name": name, "reason": reason},
+    ).first()
+    if paused is None:
+        return False
+    connection.execute(
+        f"INSERT INTO {PAUSES} (job, paused_at, reason) VALUES (:job, :paused_at, :reason)",
+        {"job": name, "paused_at": paused.paused_at, "reason": reason},
+    )
+    return True
+
+
+def _resume_in(database: Database, connection: Connection, name: str) -> bool:
+    resumed = connection.execute(
+        f"""UPDATE {JOBS} SET paused = FALSE, resumed_at = {database.now}, pause_reason = NULL
+            WHERE name = :name AND paused RETURNING resumed_at""",
+        {"name": name},
+    ).first()
+    if resumed is None:
+        return False
+    connection.execute(
+        f"""UPDATE {PAUSES} SET resumed_at = :resumed_at
+            WHERE job = :job AND resumed_at IS NULL""",
+        {"job": name, "resumed_at": resumed.resumed_at},
+    )
+    # Retries of a paused job wait for its resume: they may be due now.
+    notify_on(database, connection, Wake.RECOVERY)
+    return True
 
 
 def pauses_since(database: Database, names: Collection[str], since: datetime) -> list[PauseRow]:

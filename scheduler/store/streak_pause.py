@@ -5,9 +5,8 @@ recorded like an operator's pause but with its reason, and undone the same way."
 from __future__ import annotations
 
 from scheduler.model import Finish
-from scheduler.store import streaks
+from scheduler.store import jobs, streaks
 from scheduler.store.database import Connection, Database
-from scheduler.store.jobs import JOBS, PAUSES
 from scheduler.store.schedules import SCHEDULES, schedule_key
 
 
@@ -25,16 +24,5 @@ def pause_for(database: Database, connection: Connection, outcome: Finish, strea
                 WHERE key = :key AND NOT paused AND deleted_at IS NULL""",
             {"key": key, "reason": reason},
         ).rowcount
-    else:
-        paused = connection.execute(
-            f"""UPDATE {JOBS} SET paused = TRUE, paused_at = {now}, pause_reason = :reason
-                WHERE name = :name AND NOT paused RETURNING paused_at""",
-            {"name": claim.job, "reason": reason},
-        ).first()
-        changed = 0 if paused is None else 1
-        if paused is not None:
-            connection.execute(
-                f"INSERT INTO {PAUSES} (job, paused_at, reason) VALUES (:job, :at, :reason)",
-                {"job": claim.job, "at": paused.paused_at, "reason": reason},
-            )
-    return bool(changed)
+        return bool(changed)
+    return jobs.pause_in(database, connection, claim.job, reason)
