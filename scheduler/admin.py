@@ -36,12 +36,14 @@ from scheduler.node.repair import Step
 from scheduler.registry import Job
 from scheduler.schedules import Schedules
 from scheduler.states import RunStatus
+from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
 from scheduler.store import queries
 from scheduler.store import requests as asked
 from scheduler.store.database import Database, open_database
+from scheduler.store.deferred import DeferredPeriods
 from scheduler.store.items import ItemRow, ItemState
 from scheduler.store.queries import AttemptRow, RunRow
 from scheduler.store.requests import Draft, RequestKind, RequestRow
@@ -169,6 +171,35 @@ class Admin:
     def resume(self, job: str) -> None:
         """Resume the job; the periods that passed while it was paused are not caught up."""
         self._set_paused(job, paused=False)
+
+    # -- periods deferred by a catch-up budget -----------------------------------------
+
+    def deferred(self, job: str | None = None) -> list[DeferredPeriods]:
+        """Per job (or the one job): the periods its catch-up budget deferred, waiting
+        for an operator's answer or approved and waiting for a node."""
+        if job is not None:
+            self._known(job)
+        return deferred_rows.deferred_periods(self.database, job)
+
+    def run_deferred(self, job: str, *, oldest: int | None = None) -> int:
+        """Catch up now: the job's deferred periods (the `oldest` N, or all) are claimed
+        by the next catch-up pass of a node, oldest first, as manual runs outside the
+        budget; how many."""
+        self._known(job)
+        return deferred_rows.approve(self.database, job, _oldest(job, oldest))
+
+    def skip_deferred(self, job: str, *, oldest: int | None = None) -> int:
+        """Skip: the job's deferred periods (the `oldest` N, or all) are recorded
+        `skipped (budget)` and never run; how many."""
+        self._known(job)
+        return deferred_rows.skip(self.database, job, _oldest(job, oldest))
+
+    def _known(self, job: str) -> None:
+        if not job_rows.all_jobs(self.database, {job}):
+            raise UserError(
+                f"job {job!r}: name: unknown to this database "
+                "(a node registers a job when it starts)"
+            )
 
     def trigger(
         self,
@@ -446,3 +477,11 @@ def _span(option: str, value: Span) -> timedelta:
 
 def _iso(moment: datetime) -> str:
     return iso(moment) or ""
+
+
+def _oldest(job: str, oldest: int | None) -> int | None:
+    if oldest is None:
+        return None
+    if isinstance(oldest, bool) or not isinstance(oldest, int) or oldest < 1:
+        raise UserError(f"job {job!r}: oldest: must be a whole number ≥ 1, got {oldest!r}")
+    return oldest

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduler.policy import Catchup, Policy
+from scheduler.model import Spent
+from scheduler.policy import Catchup, CatchupBudget, Policy
 from scheduler.states import Reason
 
 
@@ -31,6 +32,12 @@ class Plan:
     """What one catch-up pass does with the periods it found missing."""
 
     run: list[datetime] = field(default_factory=list)
+    # Within the budget but not started yet, to keep its pace: left for a later pass
+    # (the watermark stays before the first), which may start one at `next_start`.
+    waiting: list[datetime] = field(default_factory=list)
+    next_start: datetime | None = None
+    # Past the budget: recorded `deferred (budget)`.
+    deferred: list[datetime] = field(default_factory=list)
     skip: list[tuple[datetime, Reason]] = field(default_factory=list)
     missed: list[datetime] = field(default_factory=list)
     # True when the cap on claims per pass cut the plan short: every missing period up
@@ -45,6 +52,8 @@ def plan(
     policy: Policy,
     pauses: Sequence[Pause] = (),
     excluded: Callable[[datetime], bool] = lambda period: False,
+    *,
+    spent: Spent | None = None,
 ) -> Plan:
     """Sort missing periods (ascending) into run, skipped and missed under the job's policy.
 
@@ -53,7 +62,10 @@ def plan(
     - while paused: skipped (reason paused), never caught up after resume;
     - `all`: the oldest run first, at most `catchup_limit` a pass;
       `latest`: only the newest runs, the rest are skipped (reason catchup);
-      `none`: all are skipped (reason catchup).
+      `none`: all are skipped (reason catchup);
+    - with a `catchup_budget` of K per W, those to run are started oldest first, one
+      per W/K, while fewer than K catch-up runs were claimed in the last W (`spent`);
+      those within it wait their turn, those past it are deferred (reason budget).
     """
     result = Plan()
     window_start = now - policy.catchup_window
@@ -68,8 +80,10 @@ def plan(
         else:
             eligible.append(period)
     if policy.catchup is Catchup.ALL:
-        result.run = eligible[: policy.catchup_limit]
-        if len(eligible) > policy.catchup_limit:
+        # A budget starts one at a time and defers the rest: no cap on a pass needed.
+        limit = policy.catchup_limit if policy.catchup_budget is None else len(eligible)
+        result.run = eligible[:limit]
+        if len(eligible) > limit:
             last = result.run[-1]
             result.missed = [period for period in result.missed if period <= last]
             result.skip = [(period, reason) for period, reason in result.skip if period <= last]
@@ -82,4 +96,19 @@ def plan(
         result.skip += [(period, Reason.CATCHUP) for period in eligible]
     result.skip.sort()
     result.handled_through = missing[-1] if missing else None
+    if policy.catchup_budget is not None:
+        _keep_budget(result, now, policy.catchup_budget, spent or Spent())
     return result
+
+
+def _keep_budget(result: Plan, now: datetime, budget: CatchupBudget, spent: Spent) -> None:
+    """Split the periods to run into those started now, waiting and deferred."""
+    within = max(0, budget.runs - spent.runs)
+    candidates, result.deferred = result.run[:within], result.run[within:]
+    next_start = now if spent.last is None else max(now, spent.last + budget.pace)
+    if candidates and next_start <= now:
+        result.run, result.waiting = candidates[:1], candidates[1:]
+    else:
+        result.run, result.waiting = [], candidates
+    if result.waiting:
+        result.next_start = next_start if not result.run else now + budget.pace

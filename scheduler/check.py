@@ -40,10 +40,12 @@ from scheduler.errors import UserError
 from scheduler.model import SILENT_BEATS, JobRow
 from scheduler.policy import Policy
 from scheduler.states import Reason, RunStatus
+from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import queries
 from scheduler.store import schedules as stored_schedules
 from scheduler.store.database import Database
+from scheduler.store.deferred import DeferredPeriods
 from scheduler.store.items import ItemRow
 from scheduler.store.jobs import all_jobs
 from scheduler.store.queries import NodeRow, RunRow, Success
@@ -77,6 +79,8 @@ class Problem(StrEnum):
     PAUSED_BY_FAILURES = "paused_by_failures"
     # A calendar of dates it skips ends within 30 days: then it runs every day.
     CALENDAR_ENDING = "calendar_ending"
+    # Catch-up deferred periods past its budget: they wait for an operator's answer.
+    DEFERRED = "deferred"
 
 
 # A period skipped on purpose (a pause, a day its calendar excludes) is not overdue.
@@ -316,6 +320,24 @@ def failure_paused(
     return findings
 
 
+def deferred(found: Sequence[DeferredPeriods], watched: Collection[str]) -> list[Finding]:
+    """A finding per job with periods its catch-up budget deferred: nothing runs them
+    until an operator answers (those approved and not yet claimed are counted too)."""
+    findings = []
+    for row in found:
+        if row.job not in watched:
+            continue
+        detail = f"{row.waiting + row.approved} period(s) deferred by the catch-up budget"
+        if row.approved:
+            detail += f" ({row.approved} approved, waiting for a node)"
+        detail += (
+            f"; `scheduler deferred run {row.job}` runs them, "
+            f"`scheduler deferred skip {row.job}` skips them"
+        )
+        findings.append(Finding(Problem.DEFERRED, row.job, row.first, None, None, detail))
+    return findings
+
+
 def calendars_ending(jobs: Sequence[WatchedJob], now: datetime) -> list[Finding]:
     """A finding per calendar of dates whose last date comes within 30 days."""
     findings = []
@@ -378,6 +400,7 @@ def gather(
     )
     findings += failure_paused(jobs, stored_schedules.failure_paused(database, templates))
     findings += calendars_ending(jobs, now)
+    findings += deferred(deferred_rows.deferred_periods(database), {job.name for job in jobs})
     return Report(
         checked_at=now,
         window=window,

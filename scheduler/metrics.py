@@ -39,6 +39,7 @@ from scheduler.counters import LabelledCounter
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
 from scheduler.states import ACTIVE_STATUSES, Delivery, Origin, RunStatus
+from scheduler.store import deferred as deferred_rows
 from scheduler.store import deliveries as stored_events
 from scheduler.store import items as stored_items
 from scheduler.store import queries
@@ -224,6 +225,7 @@ class Readings:
     stuck: Mapping[str, int]
     running: Mapping[str, int]
     alert_events: Mapping[str, int]
+    deferred: Mapping[str, int]
 
     @classmethod
     def read(cls, database: Database) -> Readings:
@@ -240,6 +242,10 @@ class Readings:
             stuck=collections.Counter(row.job for row in stuck_items),
             running=queries.count_by_job(database, ACTIVE_STATUSES),
             alert_events=stored_events.count_by_state(database),
+            deferred={
+                row.job: row.waiting + row.approved
+                for row in deferred_rows.deferred_periods(database)
+            },
         )
 
     def families(self) -> list[Metric]:
@@ -280,6 +286,13 @@ class Readings:
                 "Periods recorded missed (older than the job's catch-up window) in the last day.",
                 watched,
                 self.missed,
+            ),
+            _per_job(
+                "scheduler_deferred_periods",
+                "Periods deferred by the job's catch-up budget that no node has run yet "
+                "(`scheduler deferred list`).",
+                watched,
+                self.deferred,
             ),
             _per_job(
                 "scheduler_stuck_items",

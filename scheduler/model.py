@@ -366,3 +366,12 @@ class Event:
             "streak": self.streak,
             "created_at": utc_text(self.created_at) if self.created_at else None,
         }
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A job's catch-up budget as the runs table tells it: how many catch-up runs were
+    claimed in the budget's window, and when the newest was."""
+
+    runs: int = 0
+    last: datetime | None = None

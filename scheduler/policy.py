@@ -46,6 +46,21 @@ E = TypeVar("E", bound=StrEnum)
 
 
 @dataclass(frozen=True)
+class CatchupBudget:
+    """`runs` catch-up starts per `per`, spread evenly: one each `pace`."""
+
+    runs: int
+    per: timedelta
+
+    @property
+    def pace(self) -> timedelta:
+        return self.per / self.runs
+
+    def __str__(self) -> str:
+        return f"{self.runs}/{self.per.total_seconds():g}s"
+
+
+@dataclass(frozen=True)
 class Policy:
     lease: timedelta = timedelta(seconds=30)
     overlap: Overlap = Overlap.SKIP
@@ -62,6 +77,9 @@ class Policy:
     # failed (once per streak), and the job is paused when `pause_after_failures` have.
     alert_after_failures: int = 1
     pause_after_failures: int | None = None
+    # At most this many catch-up runs start per window, one per pace; the periods past
+    # it are recorded `deferred (budget)` for an operator to run or skip.
+    catchup_budget: CatchupBudget | None = None
 
     @property
     def heartbeat(self) -> timedelta:
@@ -115,3 +133,23 @@ def count(job: str, field: str, value: object, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise JobDefinitionError(job, field, f"must be a whole number ≥ {minimum}, got {value!r}")
     return value
+
+
+def catchup_budget(job: str, field: str, value: object) -> CatchupBudget | None:
+    """`"10/1h"`, or `(10, "1h")`: at most 10 catch-up runs an hour."""
+    if value is None:
+        return None
+    if isinstance(value, CatchupBudget):
+        return value
+    if isinstance(value, str) and value.count("/") == 1:
+        runs_text, per = value.split("/")
+        runs: object = int(runs_text) if runs_text.strip().isdigit() else runs_text
+    elif isinstance(value, tuple) and len(value) == 2:
+        runs, per = value
+    else:
+        raise JobDefinitionError(
+            job, field, f'must be "RUNS/DURATION" (e.g. "10/1h") or (RUNS, DURATION), got {value!r}'
+        )
+    counted = count(job, field, runs, minimum=1)
+    window = duration(job, field, per, minimum=timedelta(seconds=1))
+    return CatchupBudget(counted, window)

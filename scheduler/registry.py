@@ -131,6 +131,7 @@ def job(
     catchup: str = DEFAULTS.catchup,
     catchup_window: Duration = DEFAULTS.catchup_window,
     catchup_limit: int = DEFAULTS.catchup_limit,
+    catchup_budget: str | tuple[int, Duration] | None = None,
     jitter: Duration = DEFAULTS.jitter,
     alert_after_failures: int = DEFAULTS.alert_after_failures,
     pause_after_failures: int | None = DEFAULTS.pause_after_failures,
@@ -164,6 +165,7 @@ def job(
             catchup=policy_fields.choice(job_name, "catchup", catchup, Catchup),
             catchup_window=policy_fields.duration(job_name, "catchup_window", catchup_window),
             catchup_limit=policy_fields.count(job_name, "catchup_limit", catchup_limit, minimum=1),
+            catchup_budget=policy_fields.catchup_budget(job_name, "catchup_budget", catchup_budget),
             jitter=policy_fields.duration(job_name, "jitter", jitter),
             alert_after_failures=policy_fields.count(
                 job_name, "alert_after_failures", alert_after_failures, minimum=1

@@ -16,6 +16,9 @@ class RunStatus(StrEnum):
     ABANDONED = "abandoned"
     SKIPPED = "skipped"
     MISSED = "missed"
+    # Owed by catch-up but past the job's catch-up budget: not run until an operator says
+    # run (reason `approved`, then a node claims it) or skip (`skipped (budget)`).
+    DEFERRED = "deferred"
 
 
 ACTIVE_STATUSES = (RunStatus.CLAIMED, RunStatus.QUEUED, RunStatus.RUNNING)
@@ -34,6 +37,11 @@ class Reason(StrEnum):
     QUEUE_EXPIRED = "queue_expired"
     # It falls on a day the job's calendar excludes (`@job(calendar=...)`).
     CALENDAR = "calendar"
+    # Past the job's catch-up budget (`@job(catchup_budget=...)`): deferred, or skipped
+    # by an operator's decision.
+    BUDGET = "budget"
+    # A deferred period an operator chose to run: the next catch-up pass claims it.
+    APPROVED = "approved"
 
 
 class Origin(StrEnum):
@@ -60,6 +68,8 @@ class EventKind(StrEnum):
     PAUSED = "paused"  # the scheduler paused the job: `pause_after_failures` in a row
     # A calendar of dates the job skips ends within 30 days (once per calendar and date).
     CALENDAR_ENDING = "calendar_ending"
+    # Catch-up deferred periods past the job's budget (one event per catch-up write).
+    DEFERRED = "deferred"
 
 
 class Delivery(StrEnum):

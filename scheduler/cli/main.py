@@ -103,6 +103,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "serve_console",
         "Serve the web console (and /healthz, /readyz, /metrics) until SIGTERM or SIGINT.",
     ),
+    "deferred": (
+        "deferred",
+        "deferred",
+        "List the periods deferred by a catch-up budget, and run or skip them.",
+    ),
     "schedules": (
         "schedules",
         "schedules",

@@ -1,6 +1,7 @@
 """The console's actions: pause, resume, trigger, rerun, backfill, release and mark done
-an item. Each goes through `scheduler.admin`, as the CLI does; trigger, rerun and
-backfill become requests that a running node carries out (`scheduler.node.requests`).
+an item, run or skip the periods a catch-up budget deferred. Each goes through
+`scheduler.admin`, as the CLI does; trigger, rerun and backfill become requests that
+a running node carries out (`scheduler.node.requests`).
 A schedule created at run time is paused, resumed or deleted through
 `scheduler.schedules`, as the application does.
 
@@ -46,6 +47,24 @@ def resume() -> BaseResponse:
         return _job_page(job, "resumed")
 
     return _act("resume", act)
+
+
+@blueprint.post("/deferred/run")
+def run_deferred() -> BaseResponse:
+    def act(admin: Admin, job: str, _who: str) -> BaseResponse:
+        admin.run_deferred(job)
+        return _job_page(job, "deferred-run")
+
+    return _act("run_deferred", act)
+
+
+@blueprint.post("/deferred/skip")
+def skip_deferred() -> BaseResponse:
+    def act(admin: Admin, job: str, _who: str) -> BaseResponse:
+        admin.skip_deferred(job)
+        return _job_page(job, "deferred-skipped")
+
+    return _act("skip_deferred", act)
 
 
 @blueprint.post("/trigger")

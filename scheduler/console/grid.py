@@ -29,6 +29,7 @@ LEGEND = (
     RunStatus.ABANDONED,
     RunStatus.SKIPPED,
     RunStatus.MISSED,
+    RunStatus.DEFERRED,
     RunStatus.RUNNING,
     RunStatus.QUEUED,
     RunStatus.CLAIMED,

@@ -27,6 +27,10 @@ NOTICES = {
     "resumed": "Resumed: periods that passed while it was paused are not caught up.",
     "released": "Released: the next run that reaches this item handles it again.",
     "done": "Marked done: the item is no longer listed as stuck.",
+    "deferred-run": "Approved: a node claims the deferred periods next, oldest first, as "
+    "manual runs outside the catch-up budget.",
+    "deferred-skipped": "Skipped: the deferred periods are recorded skipped (reason budget) "
+    "and never run.",
 }
 SCHEDULE_NOTICES = {
     "paused": "Paused: its periods while paused are never run; those owed before still are, "

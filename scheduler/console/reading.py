@@ -17,9 +17,11 @@ from scheduler.durations import format_duration
 from scheduler.model import ONE_SHOT, JobRow
 from scheduler.schedules import Schedule, Schedules
 from scheduler.store import checkpoints, overview, queries
+from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import requests as asked
 from scheduler.store.database import Database
+from scheduler.store.deferred import DeferredPeriods
 from scheduler.store.items import ItemRow
 from scheduler.store.jobs import all_jobs
 from scheduler.store.overview import Active
@@ -75,6 +77,8 @@ class JobPage:
     # The calendars its periods skip, and which of them end within 30 days.
     calendars: list[calendars.Stored] = field(default_factory=list)
     ending: list[str] = field(default_factory=list)
+    # Its periods deferred by its catch-up budget, if any wait.
+    deferred: DeferredPeriods | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ def read_job(admin: Admin, name: str) -> JobPage | None:
         ending=[
             c.name for c in calendars.ending(calendars.stored(job.calendars), header.now.date())
         ],
+        deferred=next(iter(deferred_rows.deferred_periods(database, name)), None),
     )
 
 

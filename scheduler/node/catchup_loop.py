@@ -21,17 +21,19 @@ from itertools import islice
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler import catchup
+from scheduler import catchup, metrics
 from scheduler.catchup import Pause
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError
-from scheduler.model import Claim, Entry, JobRow, PauseRow, Written
+from scheduler.model import Claim, Entry, JobRow, PauseRow, Spent, Written
 from scheduler.node.clock import Clock
+from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
 from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store import deferred
 from scheduler.store import jobs as job_rows
 from scheduler.store import periods as period_rows
-from scheduler.store.database import Database
+from scheduler.store.database import Connection, Database
 from scheduler.store.faults import StoreError
 from scheduler.supervision import SideThread
 
@@ -130,6 +132,11 @@ class CatchUp:
         self._log = log
         # Each job's watermark as last read, and the first period after it.
         self._first_past_watermark: dict[str, tuple[datetime, datetime | None]] = {}
+        # Whether to look for deferred periods an operator chose to run: at the first
+        # pass, when told (a notification), and each pass while polling.
+        self.look_for_approved = True
+        # When the next catch-up run within a budget may start (its pace), if one waits.
+        self.next_start: datetime | None = None
 
     def live_from(self, since: datetime) -> None:
         """The live loop claims the periods after `since` (the database clock when it
@@ -146,6 +153,10 @@ class CatchUp:
         # nothing to catch up: watermarks only move forward, and pausing or resuming it
         # changes nothing that is not there yet. Its row is not even read, so a pass
         # over 10,000 idle jobs costs no statement.
+        self.next_start = None
+        if self.look_for_approved:
+            self.look_for_approved = False
+            self._claim_approved()
         horizon = self._horizon(now)
         unsettled = [
             job
@@ -181,6 +192,33 @@ class CatchUp:
         period_rows.advance_watermarks(self._database, moves)
         return more
 
+    def _claim_approved(self) -> None:
+        """Claim the deferred periods an operator chose to run (as manual runs)."""
+        for name, periods in deferred.approved(self._database).items():
+            job = self._jobs.get(name)
+            if job is None:
+                continue  # not this node's code: a node that has the job claims them
+            won = deferred.claim_approved(
+                self._database,
+                name,
+                periods,
+                holder=self._node_id,
+                lease_seconds=job.policy.lease.total_seconds(),
+            )
+            metrics.record_claims(len(periods[: deferred.CLAIMS_PER_PASS]), won, [])
+            if won:
+                self._log.info(
+                    "deferred_claimed",
+                    job=name,
+                    count=len(won),
+                    first=won[0].period.isoformat(),
+                    last=won[-1].period.isoformat(),
+                )
+            for claim in won:
+                self._submit(claim)
+            if len(periods) > len(won):
+                self.look_for_approved = True  # more than a pass claims, or lost races
+
     def _quiet(self, job: Job, horizon: datetime) -> bool:
         """Whether the job's first period past its watermark (as last read) is after
         the newest period this pass may call missing; unknown jobs are not quiet."""
@@ -215,10 +253,40 @@ class CatchUp:
         whether the cap on claims cut the plan short."""
         missing = [period for period in scan.periods if period not in existing]
         job = scan.job
-        plan = catchup.plan(
-            missing, now, job.policy, pauses, lambda period: job.excluded(period) is not None
-        )
-        written = self._write(scan.job, plan)
+
+        def plan_of(missing: list[datetime], spent: Spent | None = None) -> catchup.Plan:
+            excluded = job.excluded
+            return catchup.plan(
+                missing,
+                now,
+                job.policy,
+                pauses,
+                lambda period: excluded(period) is not None,
+                spent=spent,
+            )
+
+        budget = job.policy.catchup_budget
+        if budget is None or not missing:
+            plan = plan_of(missing)
+            written = self._write(job, plan, _entries(plan))
+        else:
+            # Decided under the job's lock from what the transaction reads: two nodes'
+            # passes at once do not each spend the budget on a view missing the other's.
+            plans: list[catchup.Plan] = []
+            per = budget.per.total_seconds()
+            lookback = per + job.policy.catchup_window.total_seconds()
+
+            def planned(connection: Connection) -> list[Entry]:
+                found = period_rows.existing_periods_on(
+                    connection, job.name, scan.start, scan.periods[-1]
+                )
+                spent = deferred.spent_on(self._database, connection, job.name, per, lookback)
+                plans.append(plan_of([p for p in scan.periods if p not in found], spent))
+                return _entries(plans[-1])
+
+            written = self._write(job, None, [], planned)
+            plan = plans[-1]
+            self._said(job, plan, written)
         for claim in written.won:
             self._submit(claim)
         if written.early:
@@ -229,17 +297,27 @@ class CatchUp:
             )
             before = [period for period in scan.periods if period < first]
             return (before[-1] if before else scan.start), True
+        if plan.waiting:
+            # Owed and within the budget, to start at its pace: the watermark stays
+            # before the first, so a later pass (of any node) finds them still missing.
+            if plan.next_start is not None:
+                self.next_start = min(self.next_start or plan.next_start, plan.next_start)
+            before = [period for period in scan.periods if period < plan.waiting[0]]
+            return (before[-1] if before else scan.start), True
         if plan.capped and plan.handled_through:
             return plan.handled_through, True
         return scan.periods[-1], False
 
-    def _write(self, job: Job, plan: catchup.Plan) -> Written:
-        entries = (
-            [Entry(period, RunStatus.CLAIMED) for period in plan.run]
-            + [Entry(period, RunStatus.SKIPPED, reason) for period, reason in plan.skip]
-            + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in plan.missed]
-        )
-        if not entries:
+    def _write(
+        self,
+        job: Job,
+        plan: catchup.Plan | None,
+        entries: list[Entry],
+        planned: Callable[[Connection], list[Entry]] | None = None,
+    ) -> Written:
+        """Write a plan's entries (or those `planned` decides in the transaction), and
+        say what was written; `plan` None: the caller says it."""
+        if not entries and planned is None:
             return Written()
         written = period_rows.write(
             self._database,
@@ -248,8 +326,16 @@ class CatchUp:
             holder=self._node_id,
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.CATCHUP,
+            planned=planned,
         )
+        if plan is not None:
+            self._said(job, plan, written)
+        return written
+
+    def _said(self, job: Job, plan: catchup.Plan, written: Written) -> None:
         won = written.won
+        early = {entry.period for entry in written.early}
+        metrics.record_claims(sum(period not in early for period in plan.run), won, [])
         log = self._log.bind(job=job.name)
         if plan.missed:
             log.warning(
@@ -260,6 +346,15 @@ class CatchUp:
             )
         if plan.skip:
             log.info("periods_skipped", count=len(plan.skip), reason=plan.skip[0][1].value)
+        if plan.deferred:
+            assert job.policy.catchup_budget is not None
+            log.warning(
+                "periods_deferred",
+                count=len(plan.deferred),
+                first=plan.deferred[0].isoformat(),
+                last=plan.deferred[-1].isoformat(),
+                budget=str(job.policy.catchup_budget),
+            )
         if won:
             log.info(
                 "catchup_claimed",
@@ -267,7 +362,16 @@ class CatchUp:
                 first=won[0].period.isoformat(),
                 last=won[-1].period.isoformat(),
             )
-        return written
+
+
+def _entries(plan: catchup.Plan) -> list[Entry]:
+    """The rows a plan writes (the periods waiting for their pace have none yet)."""
+    return (
+        [Entry(period, RunStatus.CLAIMED) for period in plan.run]
+        + [Entry(period, RunStatus.SKIPPED, reason) for period, reason in plan.skip]
+        + [Entry(period, RunStatus.MISSED, Reason.WINDOW) for period in plan.missed]
+        + [Entry(period, RunStatus.DEFERRED, Reason.BUDGET) for period in plan.deferred]
+    )
 
 
 class CatchUpLoop(SideThread):
@@ -281,20 +385,38 @@ class CatchUpLoop(SideThread):
         interval: timedelta,
         stop: threading.Event,
         log: FilteringBoundLogger,
+        wakeups: Wakeups | None = None,
     ) -> None:
         super().__init__("catchup", stop, log)
         self._catch_up = catch_up
         self._clock = clock
         self._interval = interval.total_seconds()
+        self._wakeups = wakeups
+        if wakeups is not None:
+            wakeups.catch_up = self
+
+    def approvals_heard(self) -> None:
+        """An operator chose to run deferred periods: look for them now."""
+        self._catch_up.look_for_approved = True
+        self.wake_in(0.0)
 
     def live_from(self, since: datetime) -> None:
         """See `CatchUp.live_from`; before the loop starts."""
         self._catch_up.live_from(since)
 
     def step(self) -> float:
+        if self._wakeups is None or not self._wakeups.listening:
+            self._catch_up.look_for_approved = True  # no notification would say so
         try:
-            more = self._catch_up.run_pass(self._clock.now())
+            now = self._clock.now()
+            more = self._catch_up.run_pass(now)
         except StoreError as error:
             self._log.warning("catchup_failed", error=error.message)
+            self._catch_up.look_for_approved = True
             return self._interval
-        return 0.0 if more else self._interval
+        if more:
+            return 0.0
+        paced = self._catch_up.next_start
+        if paced is None:
+            return self._interval
+        return min(self._interval, max(0.0, (paced - now).total_seconds()))

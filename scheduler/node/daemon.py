@@ -203,6 +203,7 @@ class Daemon:
             interval=settings.catchup_interval,
             stop=self._stop,
             log=self._log,
+            wakeups=self._wakeups,
         )
         self._schedules = ScheduleLoop(
             database=database,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # foreground imports the daemon, which carries out requests w
     from scheduler.node.foreground import Foreground
 
 BACKFILL_LIMIT = 10_000
-NEVER_RAN = (RunStatus.SKIPPED, RunStatus.MISSED)
+NEVER_RAN = (RunStatus.SKIPPED, RunStatus.MISSED, RunStatus.DEFERRED)
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.ABANDONED)
 
 

@@ -63,6 +63,10 @@ class ScheduleWatcher(Protocol):
     def wake_in(self, seconds: float = 0.0) -> None: ...
 
 
+class CatchUpWatcher(Protocol):
+    def approvals_heard(self) -> None: ...
+
+
 class RingWatcher(Protocol):
     def ring(self, nodes: list[Watched]) -> None: ...
 
@@ -115,6 +119,7 @@ class Wakeups:
         self.alerts: AlertWatcher | None = None
         self.watch: RingWatcher | None = None
         self.schedules: ScheduleWatcher | None = None
+        self.catch_up: CatchUpWatcher | None = None
         self.claims = ClaimsHeard()
 
     def choose(self, mode: Mode, why: str) -> None:
@@ -142,6 +147,8 @@ class Wakeups:
         for thread in (self.recovery, self.requests, self.alerts, self.schedules):
             if thread is not None:
                 thread.wake_in(0.0)
+        if self.catch_up is not None:
+            self.catch_up.approvals_heard()
 
     def heard(self, payload: str) -> None:
         """A notification arrived on the listening session."""
@@ -156,6 +163,8 @@ class Wakeups:
             self.alerts.wake_in(heard.after)
         elif heard.kind is Wake.SCHEDULE and self.schedules is not None:
             self.schedules.wake_in(heard.after)
+        elif heard.kind is Wake.CATCHUP and self.catch_up is not None:
+            self.catch_up.approvals_heard()
         elif heard.kind is Wake.CLAIMED:
             self.claims.add(heard.tokens)
 

@@ -201,6 +201,12 @@ def skipped(
     insert(database, connection, rows)
 
 
+_PASSED_OVER_KINDS = {
+    RunStatus.MISSED.value: EventKind.MISSED,
+    RunStatus.DEFERRED.value: EventKind.DEFERRED,
+}
+
+
 @dataclass(frozen=True)
 class PassedOver:
     """Periods one catch-up write recorded with one status and reason."""
@@ -247,11 +253,16 @@ def passed_over(
     for group in merged.values():
         if group.reason is not None and Reason(group.reason) in QUIET_REASONS:
             continue
-        kind = EventKind.MISSED if group.status == RunStatus.MISSED.value else EventKind.SKIPPED
+        kind = _PASSED_OVER_KINDS.get(group.status, EventKind.SKIPPED)
         span = utc_text(group.first)
         if group.last != group.first:
             span += f" to {utc_text(group.last)}"
         detail = f"{group.count} period(s) {group.status} ({group.reason}): {span}"
+        if kind is EventKind.DEFERRED:
+            detail += (
+                f"; run them: scheduler deferred run {job}"
+                f", or skip them: scheduler deferred skip {job}"
+            )
         rows.append(
             (job, group.first, None, Candidate("", kind, reason=group.reason, detail=detail))
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,13 +29,18 @@ def existing_periods(
     database: Database, job: str, after: datetime, upto: datetime
 ) -> set[datetime]:
     """The periods in (after, upto] that already have a row."""
+    with database.transaction() as connection:
+        return existing_periods_on(connection, job, after, upto)
+
+
+def existing_periods_on(
+    connection: Connection, job: str, after: datetime, upto: datetime
+) -> set[datetime]:
+    """`existing_periods`, inside the caller's transaction."""
     statement = (
         f"SELECT period FROM {RUNS} WHERE job = :job AND period > :after AND period <= :upto"
     )
-    with database.transaction() as connection:
-        return set(
-            connection.execute(statement, {"job": job, "after": after, "upto": upto}).scalars()
-        )
+    return set(connection.execute(statement, {"job": job, "after": after, "upto": upto}).scalars())
 
 
 def write(
@@ -47,18 +52,23 @@ def write(
     lease_seconds: float,
     origin: Origin,
     fenced: Fenced | None = None,
+    planned: Callable[[Connection], Sequence[Entry]] | None = None,
 ) -> Written:
     """Insert the entries that have no row yet; return the claimed ones this node won.
 
     Claimed entries take the job's lock, as a claim does, so that a period inserted
     here is seen by the start of any other period of the job. `fenced`: claims made for
     a console request, only while it is still this node's, recorded on it in the same
-    transaction.
+    transaction. `planned`: the entries are decided inside the transaction, under the
+    job's lock, from what it reads there (a catch-up budget: two nodes' passes must
+    not each spend it on a view that misses the other's).
     """
     won: list[Claim] = []
     sent = time.monotonic()
-    with database.guarded() as guarded:
+    with database.guarded(jobs=[job] if planned is not None else ()) as guarded:
         connection = guarded.connection
+        if planned is not None:
+            entries = planned(connection)
         horizon = guarded.began + FUTURE_TOLERANCE
         early = [entry for entry in entries if entry.period > horizon]
         entries = [entry for entry in entries if entry.period <= horizon]

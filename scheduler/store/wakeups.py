@@ -40,6 +40,8 @@ class Wake(StrEnum):
     ALERT = "alert"
     CLAIMED = "claimed"
     SCHEDULE = "schedule"
+    # An operator chose to run periods deferred by a catch-up budget.
+    CATCHUP = "catchup"
 
 
 @dataclass(frozen=True)

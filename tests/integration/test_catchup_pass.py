@@ -15,6 +15,7 @@ from scheduler.states import Origin, RunStatus
 from scheduler.store import jobs as job_rows
 from scheduler.store import periods as period_rows
 from scheduler.store.database import Database
+from tests.integration.test_metrics import samples
 from tests.sql import update
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -124,3 +125,24 @@ def test_every_pause_while_no_node_ran_is_honoured(database: Database) -> None:
     ]
     assert claimed, "the periods between the pauses run"
     assert inside == [], "a period of an earlier pause was run"
+
+
+def test_a_catch_up_pass_counts_its_claims_in_the_metrics(database: Database) -> None:
+    """`scheduler_catchup_claims_total` and `scheduler_claims_total{result="won"}` count
+    what catch-up claimed, as they count the live loop's claims (a node that started a
+    second after its job was registered claimed that second through catch-up, and the
+    metrics said nothing of it)."""
+    every_minute = job("* * * * *", name="counted")(lambda: None)
+    catalog.register(database, {"counted": every_minute})
+    with database.transaction() as connection:
+        update(connection, "scheduler_jobs", {"name": "counted"}, first_seen=START)
+    before = samples()
+    claimed: list[Claim] = []
+    catch_up = _catch_up(database, {"counted": every_minute}, claimed)
+    catch_up.run_pass(START + timedelta(minutes=5, seconds=30))
+    after = samples()
+    assert len(claimed) == 5
+    caught = ("scheduler_catchup_claims_total", (("job", "counted"),))
+    assert after[caught] - before.get(caught, 0) == 5
+    won = ("scheduler_claims_total", (("result", "won"),))
+    assert after[won] - before.get(won, 0) == 5

@@ -145,13 +145,24 @@ def test_per_job_gauges_start_at_zero_for_every_registered_job(watched: Database
         "missed",
         claimed_at=now - timedelta(days=3),
     )
+    for hours in (3, 4):
+        seed.add_run(
+            watched,
+            "troubled",
+            period + timedelta(hours=hours),
+            "deferred",
+            reason="budget",
+            finished_at=now,
+            origin="catchup",
+        )
     found = samples()
-    for name, expected in (("quiet", (0, 0, 0)), ("troubled", (1, 1, 1))):
+    for name, expected in (("quiet", (0, 0, 0, 0)), ("troubled", (1, 1, 1, 2))):
         labels = (("job", name),)
         assert (
             found[("scheduler_missed_periods", labels)],
             found[("scheduler_stuck_items", labels)],
             found[("scheduler_runs_in_progress", labels)],
+            found[("scheduler_deferred_periods", labels)],
         ) == expected, name
     (build,) = [labels for name, labels in found if name == "scheduler_build_info"]
     assert dict(build)["version"] == "0.1.0"

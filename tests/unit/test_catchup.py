@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduler.catchup import Pause, plan
-from scheduler.policy import Catchup, Policy
+from scheduler.model import Spent
+from scheduler.policy import Catchup, CatchupBudget, Policy
 from scheduler.states import Reason
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -56,3 +57,60 @@ def test_paused_periods_are_skipped_and_never_caught_up() -> None:
 def test_nothing_missing_plans_nothing() -> None:
     result = plan([], NOW, Policy())
     assert (result.run, result.skip, result.missed, result.handled_through) == ([], [], [], None)
+
+
+BUDGET = CatchupBudget(runs=3, per=timedelta(hours=1))  # one start each 20 minutes
+
+
+def test_a_budget_starts_the_oldest_now_keeps_its_share_waiting_and_defers_the_rest() -> None:
+    recent = HOURS[-10:]
+    result = plan(recent, NOW, Policy(catchup_budget=BUDGET))
+    assert result.run == recent[:1]
+    assert result.waiting == recent[1:3], "within the budget, started at its pace"
+    assert result.next_start == NOW + timedelta(minutes=20)
+    assert result.deferred == recent[3:], "past the budget: for an operator"
+    assert result.skip == []
+    assert result.missed == []
+
+
+def test_a_budget_keeps_its_pace_after_the_last_start() -> None:
+    recent = HOURS[-2:]
+    spent = Spent(runs=1, last=NOW - timedelta(minutes=5))
+    result = plan(recent, NOW, Policy(catchup_budget=BUDGET), spent=spent)
+    assert result.run == [], "the last catch-up run started 5 minutes ago: 15 more to wait"
+    assert result.waiting == recent
+    assert result.next_start == NOW + timedelta(minutes=15)
+    assert result.deferred == []
+
+
+def test_a_spent_budget_defers_everything_and_starts_nothing() -> None:
+    recent = HOURS[-4:]
+    spent = Spent(runs=3, last=NOW - timedelta(minutes=50))
+    result = plan(recent, NOW, Policy(catchup_budget=BUDGET), spent=spent)
+    assert result.run == []
+    assert result.waiting == []
+    assert result.next_start is None
+    assert result.deferred == recent
+
+
+def test_a_budget_takes_only_what_catch_up_would_run() -> None:
+    """Periods outside the window are missed, paused ones skipped, as without a budget;
+    `latest` runs one period at most, and a budget of one defers nothing then."""
+    result = plan(HOURS, NOW, Policy(catchup_budget=BUDGET))
+    assert result.missed == [p for p in HOURS if p < NOW - timedelta(days=1)]
+    assert len(result.run) + len(result.waiting) + len(result.deferred) == 24
+    latest = plan(HOURS, NOW, Policy(catchup=Catchup.LATEST, catchup_budget=BUDGET))
+    assert latest.run == [HOURS[-1]]
+    assert latest.deferred == []
+    assert latest.waiting == []
+    none = plan(HOURS, NOW, Policy(catchup=Catchup.NONE, catchup_budget=BUDGET))
+    assert none.run == []
+    assert none.deferred == []
+
+
+def test_no_budget_plans_as_before() -> None:
+    result = plan(HOURS[-10:], NOW, Policy())
+    assert result.run == HOURS[-10:]
+    assert result.waiting == []
+    assert result.deferred == []
+    assert result.next_start is None

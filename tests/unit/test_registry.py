@@ -35,6 +35,13 @@ def _declare(**options: Any) -> None:
         ({"catchup_window": "-1d"}, "catchup_window", "-1d"),
         ({"catchup_limit": 0}, "catchup_limit", "≥ 1"),
         ({"jitter": "lots"}, "jitter", "'lots'"),
+        ({"catchup_budget": "ten/1h"}, "catchup_budget", "'ten'"),
+        ({"catchup_budget": "0/1h"}, "catchup_budget", "≥ 1"),
+        ({"catchup_budget": "10/soon"}, "catchup_budget", "'soon'"),
+        ({"catchup_budget": "10/0s"}, "catchup_budget", "at least 1s"),
+        ({"catchup_budget": "10"}, "catchup_budget", "RUNS/DURATION"),
+        ({"catchup_budget": (10, [1])}, "catchup_budget", "[1]"),
+        ({"catchup_budget": 10}, "catchup_budget", "RUNS/DURATION"),
         ({"alert_after": "x"}, "alert_after", "'x'"),
         ({"name": ""}, "name", "non-empty"),
     ],
@@ -120,3 +127,14 @@ def test_the_decorated_function_stays_callable() -> None:
     double = job("0 * * * *", name="double")(lambda ctx: ctx * 2)
     assert double(21) == 42
     assert double.takes_context
+
+
+def test_a_catchup_budget_is_runs_per_duration_in_either_spelling() -> None:
+    spelled = job("* * * * *", name="budgeted", catchup_budget="10/1h")(lambda: None)
+    paired = job("* * * * *", name="paired", catchup_budget=(10, "1h"))(lambda: None)
+    assert spelled.policy.catchup_budget == paired.policy.catchup_budget
+    budget = spelled.policy.catchup_budget
+    assert budget is not None
+    assert budget.runs == 10
+    assert budget.pace == timedelta(minutes=6)
+    assert job("* * * * *", name="free")(lambda: None).policy.catchup_budget is None

@@ -1,0 +1,132 @@
+"""A catch-up budget with real nodes: after an outage an every-second job starts three
+catch-up runs, one each 3 s, whichever node is alive; the other periods it owed are
+deferred, run by no node (one of them killed meanwhile), lost by none, and each runs
+once when an operator says so."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from scheduler.states import EventKind, Origin, Reason, RunStatus
+from scheduler.store.database import open_database
+from tests.acceptance.processes import Node, run_command, start_node
+from tests.acceptance.records import missing_seconds, run_rows
+from tests.sql import rows
+
+pytestmark = pytest.mark.slow
+PACE = timedelta(seconds=3)
+
+
+def _nodes(tmp_path: Path, url: str, names: list[str], log: Path) -> list[Node]:
+    # PostgreSQL tells the nodes of an operator's answer at once; SQLite's look every
+    # catch-up interval (a minute by default), shortened here.
+    polling = {} if url.startswith("postgresql") else {"SCHEDULER_CATCHUP_INTERVAL": "5s"}
+    nodes = [
+        start_node(tmp_path, name, url, "budgeted", EXECUTION_LOG=str(log), **polling)
+        for name in names
+    ]
+    for node in nodes:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+    return nodes
+
+
+def _first_to(nodes: list[Node], event_name: str, timeout: float = 30) -> Node:
+    """The first of the nodes to log `event_name`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node in nodes:
+            if any(event.get("event") == event_name for event in node.events()):
+                return node
+        time.sleep(0.05)
+    raise AssertionError(f"no node logged {event_name} in {timeout}s")
+
+
+def _executions(log: Path) -> Counter[str]:
+    return Counter(line.split()[0] for line in log.read_text().splitlines())
+
+
+def _events(url: str) -> list[dict[str, object]]:
+    database = open_database(url)
+    try:
+        return rows(database, "scheduler_events", job="budgeted", kind=EventKind.DEFERRED.value)
+    finally:
+        database.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_an_outage_starts_the_budget_paced_and_defers_the_rest_until_an_operator_says(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("postgres_url" if backend == "postgres" else "sqlite_url")
+    names = ["a", "b"] if backend == "postgres" else ["a"]
+    log = tmp_path / "executions.txt"
+    for node in _nodes(tmp_path, url, names, log):
+        time.sleep(1.5)
+        assert node.stop() == 0
+    down = datetime.now(UTC)
+    time.sleep(12)  # a dozen periods owed
+    nodes = _nodes(tmp_path, url, names, log)
+    pacer = _first_to(nodes, "catchup_claimed")
+    if len(nodes) > 1:
+        # The node that started the first dies with the budget a third spent: the
+        # other keeps the pace, and loses nothing.
+        time.sleep(1)
+        pacer.kill()
+        nodes.remove(pacer)
+    time.sleep(9)  # past the three starts (0, 3 and 6 s) and more
+    catch_up = [
+        row
+        for row in run_rows(url, "budgeted")
+        if row["origin"] == Origin.CATCHUP and row["period"] > down
+    ]
+    started = [row for row in catch_up if row["status"] != RunStatus.DEFERRED]
+    deferred = [row for row in catch_up if row["status"] == RunStatus.DEFERRED]
+    assert len(started) == 3, [
+        (row["period"], row["status"], row["claimed_at"]) for row in catch_up
+    ]
+    assert len(deferred) >= 6
+    assert {row["reason"] for row in deferred} == {Reason.BUDGET}
+    assert max(row["period"] for row in started) < min(row["period"] for row in deferred), (
+        "the oldest start, the newest wait"
+    )
+    claims = sorted(row["claimed_at"] for row in started)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(claims)]
+    assert all(gap >= PACE - timedelta(milliseconds=100) for gap in gaps), gaps
+    ran = _executions(log)
+    assert not {row["period"].isoformat() for row in deferred} & set(ran), "a deferred one ran"
+    assert len(_events(url)) >= 1
+
+    check = run_command(["check", "--database-url", url], tmp_path)
+    assert check.returncode == 1
+    assert f"{len(deferred)} period(s) deferred by the catch-up budget" in check.stdout
+
+    answered = run_command(["deferred", "run", "budgeted", "--database-url", url], tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    assert f"{len(deferred)} deferred period(s) approved" in answered.stdout
+    waiting = {row["period"] for row in deferred}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done = {
+            row["period"]
+            for row in run_rows(url, "budgeted")
+            if row["period"] in waiting and row["status"] == RunStatus.SUCCEEDED
+        }
+        if done == waiting:
+            break
+        time.sleep(0.2)
+    for node in nodes:
+        assert node.stop() == 0
+    final = run_rows(url, "budgeted")
+    assert {row["period"] for row in final if row["status"] == RunStatus.SUCCEEDED} >= waiting
+    assert {row["origin"] for row in final if row["period"] in waiting} == {Origin.MANUAL}
+    assert missing_seconds([row["period"] for row in final]) == [], "a period was lost"
+    ran = _executions(log)
+    assert [period for period, count in ran.items() if count > 1] == [], "a period ran twice"
+    assert all(period.isoformat() in ran for period in waiting)
+    assert down < min(waiting)
