@@ -59,6 +59,8 @@ def seed(database: Database) -> Seeded:
     _run(database, seeded, "billing", 95, "running", doomed=False)  # still held by a node
     _run(database, seeded, "billing", 93, "failed", doomed=False, retry_at=now)  # a retry is due
     _run(database, seeded, "billing", 10, "succeeded", doomed=False)
+    # A period deferred by a catch-up budget waits for an operator, however old.
+    _run(database, seeded, "billing", 140, "deferred", doomed=False, reason="budget")
     # yearly: its newest run and its newest success stay, however old.
     _run(database, seeded, "yearly", 500, "succeeded", doomed=True)
     _run(database, seeded, "yearly", 400, "succeeded", doomed=False)

@@ -154,9 +154,13 @@ class CatchUp:
         # changes nothing that is not there yet. Its row is not even read, so a pass
         # over 10,000 idle jobs costs no statement.
         self.next_start = None
+        approved_left = False
         if self.look_for_approved:
             self.look_for_approved = False
-            self._claim_approved()
+            approved_left = self._claim_approved()
+        return self._scan_pass(now) or approved_left
+
+    def _scan_pass(self, now: datetime) -> bool:
         horizon = self._horizon(now)
         unsettled = [
             job
@@ -192,9 +196,14 @@ class CatchUp:
         period_rows.advance_watermarks(self._database, moves)
         return more
 
-    def _claim_approved(self) -> None:
-        """Claim the deferred periods an operator chose to run (as manual runs)."""
-        for name, periods in deferred.approved(self._database).items():
+    def _claim_approved(self) -> bool:
+        """Claim the deferred periods an operator chose to run (as manual runs); True if
+        more are left than a pass takes."""
+        found = deferred.approved(self._database)
+        # A full read may have left some out; only this node's jobs make it look again.
+        full = sum(map(len, found.values())) >= deferred.APPROVED_READ
+        left = False
+        for name, periods in found.items():
             job = self._jobs.get(name)
             if job is None:
                 continue  # not this node's code: a node that has the job claims them
@@ -216,8 +225,10 @@ class CatchUp:
                 )
             for claim in won:
                 self._submit(claim)
-            if len(periods) > len(won):
-                self.look_for_approved = True  # more than a pass claims, or lost races
+            left |= full or len(periods) > deferred.CLAIMS_PER_PASS
+        if left:
+            self.look_for_approved = True
+        return left
 
     def _quiet(self, job: Job, horizon: datetime) -> bool:
         """Whether the job's first period past its watermark (as last read) is after

@@ -22,8 +22,10 @@ from scheduler.store.wakeups import Wake, notify_on
 
 # Statuses of catch-up rows that were not claimed to run: they spend no budget.
 _PASSED_OVER = "('skipped', 'missed', 'deferred')"
-# Approved periods one pass claims per job (the rest in the next pass, at once).
+# Approved periods one pass claims per job, and reads in all (the rest in the next
+# pass, at once).
 CLAIMS_PER_PASS = 1000
+APPROVED_READ = 10_000
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def approved(database: Database) -> dict[str, list[datetime]]:
     statement = f"""
         SELECT job, period FROM {RUNS}
         WHERE ended_status = 'deferred' AND reason = '{Reason.APPROVED.value}'
-        ORDER BY job, period
+        ORDER BY job, period LIMIT {APPROVED_READ}
     """
     found: dict[str, list[datetime]] = {}
     with database.transaction() as connection:

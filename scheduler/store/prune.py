@@ -61,6 +61,8 @@ SCHEDULES = "scheduler_schedules"
 # table's alias.
 _PRUNABLE_RUN = f"""(run.period < :cutoff
     AND run.status NOT IN ({ACTIVE_SQL}) AND run.retry_at IS NULL
+    -- Deferred by a catch-up budget: it waits for an operator's answer, however old.
+    AND run.status <> 'deferred'
     AND ((run.job LIKE '@%' AND NOT EXISTS (
             SELECT 1 FROM {SCHEDULES} AS schedule WHERE schedule.key = substr(run.job, 2)))
     -- Each job keeps its newest run and its newest success.

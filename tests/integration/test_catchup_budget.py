@@ -17,6 +17,7 @@ from scheduler.node import registration as catalog
 from scheduler.node.catchup_loop import CatchUp
 from scheduler.registry import Job, job
 from scheduler.states import EventKind, Origin, Reason, RunStatus
+from scheduler.store import deferred as deferred_rows
 from scheduler.store import queries
 from scheduler.store.database import Database
 from tests.sql import rows, update
@@ -183,3 +184,23 @@ def test_two_nodes_passing_at_once_spend_the_budget_once(database: Database) -> 
     )
     assert owed[1] not in runs
     assert owed[2] not in runs
+
+
+def test_approved_periods_beyond_a_pass_are_claimed_by_the_next_at_once(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass claims at most CLAIMS_PER_PASS approved periods of a job (2 here), and
+    says more are left, so that the loop goes round again without waiting."""
+    monkeypatch.setattr(deferred_rows, "CLAIMS_PER_PASS", 2)
+    budgeted, owed = _budgeted(database)
+    claimed: list[Claim] = []
+    node = _node(database, {"spend": budgeted}, claimed, "node-a")
+    node.run_pass(queries.clock(database))
+    assert Admin(database).run_deferred("spend", oldest=5) == 5
+    claimed.clear()
+    node.look_for_approved = True
+    assert node.run_pass(queries.clock(database)) is True, "more are left"
+    assert [claim.period for claim in claimed] == owed[3:5]
+    assert node.run_pass(queries.clock(database)) is True
+    assert node.run_pass(queries.clock(database)) is False
+    assert sorted(claim.period for claim in claimed) == owed[3:8]
