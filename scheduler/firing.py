@@ -138,7 +138,9 @@ def _sorted(
     late = [period for period in periods if now - period - delay(period) > LATE_AFTER]
     on_time = [period for period in periods if now - period - delay(period) <= LATE_AFTER]
     if late:
-        plan = catchup.plan(late, now, policy)
+        # A catch-up budget keeps periods waiting behind a job's watermark; a schedule
+        # has none yet, so its late periods are planned as without one.
+        plan = catchup.plan(late, now, replace(policy, catchup_budget=None))
         result.run += [(period, Origin.CATCHUP) for period in plan.run]
         result.skip += plan.skip
         result.missed += plan.missed

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduler import firing
-from scheduler.policy import Catchup, Policy
+from scheduler.policy import Catchup, CatchupBudget, Policy
 from scheduler.states import Origin, Reason
 from scheduler.triggers import Trigger, parse_trigger
 
@@ -149,3 +149,15 @@ def test_jitter_delays_each_period_and_lateness_counts_from_the_delayed_instant(
     assert fired.run == [(T0 + MINUTE, Origin.SCHEDULE), (T0 + 2 * MINUTE, Origin.SCHEDULE)]
     latest = firing.fire(state, T0 + 3 * MINUTE, Policy(), delay=delay)
     assert latest.run[0] == (T0 + MINUTE, Origin.CATCHUP)
+
+
+def test_a_template_jobs_catch_up_budget_does_not_skip_a_schedules_late_periods() -> None:
+    """The budget paces and defers the catch-up of code-declared jobs; a schedule created
+    at run time has no watermark to keep periods waiting behind, so its late periods
+    follow the catch-up policy as without a budget, none recorded skipped for it."""
+    state = firing.start(_every(1), T0)
+    now = T0 + 10 * MINUTE
+    budgeted = firing.fire(state, now, Policy(catchup_budget=CatchupBudget(2, timedelta(hours=1))))
+    free = firing.fire(state, now, Policy())
+    assert budgeted.run == free.run
+    assert budgeted.skip == []
