@@ -54,6 +54,7 @@ def plan(
     excluded: Callable[[datetime], bool] = lambda period: False,
     *,
     spent: Spent | None = None,
+    fleet: tuple[CatchupBudget, Spent] | None = None,
 ) -> Plan:
     """Sort missing periods (ascending) into run, skipped and missed under the job's policy.
 
@@ -66,6 +67,8 @@ def plan(
     - with a `catchup_budget` of K per W, those to run are started oldest first, one
       per W/K, while fewer than K catch-up runs were claimed in the last W (`spent`);
       those within it wait their turn, those past it are deferred (reason budget).
+      A `fleet` budget (the fleet's own, and what every job's catch-up spent of it)
+      holds as well: both allow a start, and the smaller allowance decides.
     """
     result = Plan()
     window_start = now - policy.catchup_window
@@ -96,19 +99,26 @@ def plan(
         result.skip += [(period, Reason.CATCHUP) for period in eligible]
     result.skip.sort()
     result.handled_through = missing[-1] if missing else None
-    if policy.catchup_budget is not None:
-        _keep_budget(result, now, policy.catchup_budget, spent or Spent())
+    budgets = [] if policy.catchup_budget is None else [(policy.catchup_budget, spent or Spent())]
+    budgets += [fleet] if fleet is not None else []
+    if budgets and policy.catchup is Catchup.ALL:
+        _keep_budgets(result, now, budgets)
     return result
 
 
-def _keep_budget(result: Plan, now: datetime, budget: CatchupBudget, spent: Spent) -> None:
+def _keep_budgets(
+    result: Plan, now: datetime, budgets: Sequence[tuple[CatchupBudget, Spent]]
+) -> None:
     """Split the periods to run into those started now, waiting and deferred."""
-    within = max(0, budget.runs - spent.runs)
+    within = min(max(0, budget.runs - spent.runs) for budget, spent in budgets)
     candidates, result.deferred = result.run[:within], result.run[within:]
-    next_start = now if spent.last is None else max(now, spent.last + budget.pace)
+    next_start = max(
+        now if spent.last is None else spent.last + budget.pace for budget, spent in budgets
+    )
     if candidates and next_start <= now:
         result.run, result.waiting = candidates[:1], candidates[1:]
     else:
         result.run, result.waiting = [], candidates
     if result.waiting:
-        result.next_start = next_start if not result.run else now + budget.pace
+        pace = max(budget.pace for budget, _ in budgets)
+        result.next_start = max(now, next_start) if not result.run else now + pace

@@ -27,11 +27,12 @@ from scheduler.config import (
     node_identity,
     parse_option_duration,
 )
-from scheduler.errors import SchemaOutdatedError, UserError
+from scheduler.errors import JobDefinitionError, SchemaOutdatedError, UserError
 from scheduler.node import registration
 from scheduler.node.daemon import Daemon, DaemonSettings, pool_size
 from scheduler.node.liveness import Mode as LivenessMode
 from scheduler.node.pruner import parse_retention
+from scheduler.policy import CatchupBudget, catchup_budget
 from scheduler.store import migrate as migrations
 from scheduler.store.database import open_database
 
@@ -65,6 +66,14 @@ from scheduler.store.database import open_database
     show_default=True,
     show_envvar=True,
     help="How often to look for periods missed while no node ran (also at start).",
+)
+@click.option(
+    "--catchup-budget",
+    envvar="SCHEDULER_CATCHUP_BUDGET",
+    default=None,
+    show_envvar=True,
+    help="At most RUNS catch-up runs of all jobs per DURATION across the fleet (10/1h), "
+    "one each DURATION/RUNS; the periods past it are deferred [default: off].",
 )
 @click.option(
     "--migrate/--no-migrate",
@@ -129,6 +138,7 @@ def run(
     workers: int,
     recovery_interval: str,
     catchup_interval: str,
+    catchup_budget: str | None,
     migrate_first: bool,
     http: str | None,
     metrics_per_job: bool,
@@ -147,6 +157,7 @@ def run(
         retention=parse_retention("--retention", retention) if retention else None,
         liveness=LivenessMode(liveness),
         summary_interval=parse_option_duration("--summary-interval", summary_interval) or None,
+        catchup_budget=_fleet_budget(catchup_budget),
     )
     node = node_identity(node_name)
     observers = alerting_environment.configure(os.environ)
@@ -215,3 +226,13 @@ def migrate(
     after = migrations.current_revision(database)
     logs.get_logger().info("schema_migrated", before=before, after=after)
     database.dispose()
+
+
+def _fleet_budget(raw: str | None) -> CatchupBudget | None:
+    """`--catchup-budget`, checked as a job's `catchup_budget` is."""
+    if not raw:
+        return None
+    try:
+        return catchup_budget("fleet", "--catchup-budget", raw)
+    except JobDefinitionError as error:
+        raise UserError(str(error).split(": ", 1)[1]) from None

@@ -14,7 +14,7 @@ never the new schedule's past. Every pause since the watermark is honoured.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
@@ -28,6 +28,7 @@ from scheduler.errors import ScheduleError
 from scheduler.model import Claim, Entry, JobRow, PauseRow, Spent, Written
 from scheduler.node.clock import Clock
 from scheduler.node.wakeups import Wakeups
+from scheduler.policy import Catchup, CatchupBudget
 from scheduler.registry import Job
 from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import deferred
@@ -118,8 +119,11 @@ class CatchUp:
         *,
         live_since: datetime | None = None,
         live_retry: timedelta = timedelta(0),
+        fleet_budget: CatchupBudget | None = None,
     ) -> None:
         self._database = database
+        # The fleet's catch-up budget, across every job (`--catchup-budget`).
+        self._fleet_budget = fleet_budget
         # Periods after `live_since` are the node's live loop's to claim, and it keeps
         # retrying one for `live_retry`: catch-up leaves those alone, so it never races
         # the live loop for a period due this moment (recording it as a catch-up run)
@@ -265,7 +269,11 @@ class CatchUp:
         missing = [period for period in scan.periods if period not in existing]
         job = scan.job
 
-        def plan_of(missing: list[datetime], spent: Spent | None = None) -> catchup.Plan:
+        def plan_of(
+            missing: list[datetime],
+            spent: Spent | None = None,
+            fleet: tuple[CatchupBudget, Spent] | None = None,
+        ) -> catchup.Plan:
             excluded = job.excluded
             return catchup.plan(
                 missing,
@@ -274,28 +282,40 @@ class CatchUp:
                 pauses,
                 lambda period: excluded(period) is not None,
                 spent=spent,
+                fleet=fleet,
             )
 
-        budget = job.policy.catchup_budget
-        if budget is None or not missing:
+        budget, fleet_budget = job.policy.catchup_budget, self._fleet_budget
+        budgeted = (budget is not None or fleet_budget is not None) and (
+            job.policy.catchup is Catchup.ALL
+        )
+        if not budgeted or not missing:
             plan = plan_of(missing)
             written = self._write(job, plan, _entries(plan))
         else:
-            # Decided under the job's lock from what the transaction reads: two nodes'
-            # passes at once do not each spend the budget on a view missing the other's.
+            # Decided under the job's lock (and the fleet's) from what the transaction
+            # reads: two nodes' passes at once do not each spend a budget on a view
+            # that misses the other's.
             plans: list[catchup.Plan] = []
-            per = budget.per.total_seconds()
-            lookback = per + job.policy.catchup_window.total_seconds()
 
             def planned(connection: Connection) -> list[Entry]:
                 found = period_rows.existing_periods_on(
                     connection, job.name, scan.start, scan.periods[-1]
                 )
-                spent = deferred.spent_on(self._database, connection, job.name, per, lookback)
-                plans.append(plan_of([p for p in scan.periods if p not in found], spent))
+                spent = None
+                if budget is not None:
+                    per = budget.per.total_seconds()
+                    lookback = per + job.policy.catchup_window.total_seconds()
+                    spent = deferred.spent_on(self._database, connection, job.name, per, lookback)
+                fleet = None
+                if fleet_budget is not None:
+                    per = fleet_budget.per.total_seconds()
+                    fleet = (fleet_budget, deferred.fleet_spent_on(self._database, connection, per))
+                plans.append(plan_of([p for p in scan.periods if p not in found], spent, fleet))
                 return _entries(plans[-1])
 
-            written = self._write(job, None, [], planned)
+            locks = [deferred.FLEET_LOCK] if fleet_budget is not None else []
+            written = self._write(job, None, [], planned, locks)
             plan = plans[-1]
             self._said(job, plan, written)
         for claim in written.won:
@@ -325,6 +345,7 @@ class CatchUp:
         plan: catchup.Plan | None,
         entries: list[Entry],
         planned: Callable[[Connection], list[Entry]] | None = None,
+        locks: Sequence[str] = (),
     ) -> Written:
         """Write a plan's entries (or those `planned` decides in the transaction), and
         say what was written; `plan` None: the caller says it."""
@@ -338,6 +359,7 @@ class CatchUp:
             lease_seconds=job.policy.lease.total_seconds(),
             origin=Origin.CATCHUP,
             planned=planned,
+            locks=locks,
         )
         if plan is not None:
             self._said(job, plan, written)
@@ -358,13 +380,13 @@ class CatchUp:
         if plan.skip:
             log.info("periods_skipped", count=len(plan.skip), reason=plan.skip[0][1].value)
         if plan.deferred:
-            assert job.policy.catchup_budget is not None
             log.warning(
                 "periods_deferred",
                 count=len(plan.deferred),
                 first=plan.deferred[0].isoformat(),
                 last=plan.deferred[-1].isoformat(),
-                budget=str(job.policy.catchup_budget),
+                budget=str(job.policy.catchup_budget or "-"),
+                fleet_budget=str(self._fleet_budget or "-"),
             )
         if won:
             log.info(

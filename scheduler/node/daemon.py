@@ -43,7 +43,7 @@ from scheduler.node.upcoming import Upcoming
 from scheduler.node.wakeups import Mode as WakeupMode
 from scheduler.node.wakeups import Wakeups
 from scheduler.node.watch import Watch
-from scheduler.policy import Policy
+from scheduler.policy import CatchupBudget, Policy
 from scheduler.registry import Job
 from scheduler.run.dispatcher import JOB_CONNECTIONS, Dispatcher
 from scheduler.run.job_table import JobTable
@@ -98,6 +98,8 @@ class DaemonSettings:
     liveness: LivenessMode = LivenessMode.AUTO
     # How often the node says how many periods ran elsewhere (None: never).
     summary_interval: timedelta | None = DEFAULT_SUMMARY_INTERVAL
+    # At most this many catch-up runs of all jobs per window (`--catchup-budget`).
+    catchup_budget: CatchupBudget | None = None
 
 
 def pool_size(workers: int) -> int:
@@ -198,6 +200,7 @@ class Daemon:
                 self._log,
                 live_since=self._live_since,
                 live_retry=LATE_LIMIT,
+                fleet_budget=settings.catchup_budget,
             ),
             clock=self._clock,
             interval=settings.catchup_interval,

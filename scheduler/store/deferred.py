@@ -28,6 +28,11 @@ CLAIMS_PER_PASS = 1000
 APPROVED_READ = 10_000
 
 
+# The advisory lock a fleet's catch-up budget is spent under, beside the job's: a name
+# no job can have (`@` begins only the runs of schedules, and their keys never do).
+FLEET_LOCK = "@@catch-up budget"
+
+
 @dataclass(frozen=True)
 class DeferredPeriods:
     """A job's deferred periods: how many wait for an operator, how many were approved
@@ -60,6 +65,18 @@ def spent_on(
           AND claimed_at > {since} AND status NOT IN {_PASSED_OVER}
     """
     row = connection.execute(statement, {"job": job, **since_param, **oldest_param}).one()
+    return Spent(int(row.runs), row.last)
+
+
+def fleet_spent_on(database: Database, connection: Connection, per_s: float) -> Spent:
+    """How many catch-up runs of any job were claimed in the last `per_s` seconds, and
+    when the newest was (through the index of catch-up's claims)."""
+    since, since_param = database.after("since", -per_s)
+    statement = f"""
+        SELECT count(*) AS runs, max(claimed_at) AS last FROM {RUNS}
+        WHERE origin = 'catchup' AND claimed_at > {since} AND status NOT IN {_PASSED_OVER}
+    """
+    row = connection.execute(statement, since_param).one()
     return Spent(int(row.runs), row.last)
 
 

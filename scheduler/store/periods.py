@@ -53,6 +53,7 @@ def write(
     origin: Origin,
     fenced: Fenced | None = None,
     planned: Callable[[Connection], Sequence[Entry]] | None = None,
+    locks: Sequence[str] = (),
 ) -> Written:
     """Insert the entries that have no row yet; return the claimed ones this node won.
 
@@ -60,12 +61,13 @@ def write(
     here is seen by the start of any other period of the job. `fenced`: claims made for
     a console request, only while it is still this node's, recorded on it in the same
     transaction. `planned`: the entries are decided inside the transaction, under the
-    job's lock, from what it reads there (a catch-up budget: two nodes' passes must
-    not each spend it on a view that misses the other's).
+    job's lock (and `locks`, more names locked as jobs are), from what it reads there
+    (a catch-up budget: two nodes' passes must not each spend it on a view that misses
+    the other's).
     """
     won: list[Claim] = []
     sent = time.monotonic()
-    with database.guarded(jobs=[job] if planned is not None else ()) as guarded:
+    with database.guarded(jobs=[job, *locks] if planned is not None else ()) as guarded:
         connection = guarded.connection
         if planned is not None:
             entries = planned(connection)

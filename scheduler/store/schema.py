@@ -127,6 +127,13 @@ runs = Table(
     Index(None, "retry_at"),
     # `scheduler prune` finds old periods across every job.
     Index(None, "period"),
+    # A fleet's catch-up budget counts catch-up's claims of the last window (0018).
+    Index(
+        "ix_scheduler_runs_catchup_claimed",
+        "claimed_at",
+        postgresql_where=text("origin = 'catchup'"),
+        sqlite_where=text("origin = 'catchup'"),
+    ),
 )
 
 jobs = Table(

@@ -23,12 +23,14 @@ pytestmark = pytest.mark.slow
 PACE = timedelta(seconds=3)
 
 
-def _nodes(tmp_path: Path, url: str, names: list[str], log: Path) -> list[Node]:
+def _nodes(
+    tmp_path: Path, url: str, names: list[str], log: Path, jobs: str = "budgeted", **env: str
+) -> list[Node]:
     # PostgreSQL tells the nodes of an operator's answer at once; SQLite's look every
     # catch-up interval (a minute by default), shortened here.
     polling = {} if url.startswith("postgresql") else {"SCHEDULER_CATCHUP_INTERVAL": "5s"}
     nodes = [
-        start_node(tmp_path, name, url, "budgeted", EXECUTION_LOG=str(log), **polling)
+        start_node(tmp_path, name, url, jobs, EXECUTION_LOG=str(log), **polling, **env)
         for name in names
     ]
     for node in nodes:
@@ -130,3 +132,46 @@ def test_an_outage_starts_the_budget_paced_and_defers_the_rest_until_an_operator
     assert [period for period, count in ran.items() if count > 1] == [], "a period ran twice"
     assert all(period.isoformat() in ran for period in waiting)
     assert down < min(waiting)
+
+
+def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Three nodes with `--catchup-budget 3/9s`, two every-second jobs without budgets
+    of their own: after an outage, three catch-up runs start in all, 3 s apart, and
+    every other period the two jobs owed is deferred, none lost."""
+    log = tmp_path / "executions.txt"
+    fleet = {"SCHEDULER_CATCHUP_BUDGET": "3/9s"}
+    for node in _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet):
+        assert node.stop() == 0
+    down = datetime.now(UTC)
+    time.sleep(8)
+    nodes = _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet)
+    _first_to(nodes, "catchup_claimed")
+    time.sleep(9)
+    for node in nodes:
+        assert node.stop() == 0
+    rows_of = {
+        name: [row for row in run_rows(postgres_url, name) if row["period"] > down]
+        for name in ("fleet-north", "fleet-south")
+    }
+    caught = [row for found in rows_of.values() for row in found if row["origin"] == Origin.CATCHUP]
+    started = sorted(
+        (row for row in caught if row["status"] != RunStatus.DEFERRED),
+        key=lambda row: row["claimed_at"],
+    )
+    seen = [(row["job"], row["period"], row["status"]) for row in caught]
+    assert len(started) == 3, seen
+    gaps = [b["claimed_at"] - a["claimed_at"] for a, b in itertools.pairwise(started)]
+    assert all(gap >= PACE - timedelta(milliseconds=100) for gap in gaps), gaps
+    assert len(caught) - len(started) >= 8, "the rest of both jobs' owed periods deferred"
+    for name, found in rows_of.items():
+        assert missing_seconds([row["period"] for row in found]) == [], name
+    ran = Counter((words[0], words[-1]) for words in map(str.split, log.read_text().splitlines()))
+    assert [key for key, count in ran.items() if count > 1] == [], "a period ran twice"
+    deferred = {
+        (row["period"].isoformat(), row["job"])
+        for row in caught
+        if row["status"] == RunStatus.DEFERRED
+    }
+    assert not deferred & set(ran), "a deferred period ran"

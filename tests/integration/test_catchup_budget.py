@@ -15,6 +15,7 @@ from scheduler.errors import UserError
 from scheduler.model import Claim
 from scheduler.node import registration as catalog
 from scheduler.node.catchup_loop import CatchUp
+from scheduler.policy import CatchupBudget
 from scheduler.registry import Job, job
 from scheduler.states import EventKind, Origin, Reason, RunStatus
 from scheduler.store import deferred as deferred_rows
@@ -204,3 +205,49 @@ def test_approved_periods_beyond_a_pass_are_claimed_by_the_next_at_once(
     assert node.run_pass(queries.clock(database)) is True
     assert node.run_pass(queries.clock(database)) is False
     assert sorted(claim.period for claim in claimed) == owed[3:8]
+
+
+def test_a_fleet_budget_is_spent_across_jobs(database: Database) -> None:
+    """`--catchup-budget 3/1h` and no job budget: two jobs owe 10 periods each; one
+    catch-up run starts for both together, and between them no more than three are
+    kept to start; the rest are deferred."""
+    jobs = {name: job("* * * * *", name=name)(lambda: None) for name in ("north", "south")}
+    catalog.register(database, jobs)
+    now = queries.clock(database)
+    first = now.replace(second=0, microsecond=0) - timedelta(minutes=MISSED - 1)
+    with database.transaction() as connection:
+        for name in jobs:
+            update(
+                connection,
+                "scheduler_jobs",
+                {"name": name},
+                first_seen=first - timedelta(seconds=30),
+            )
+    claimed: list[Claim] = []
+    node = CatchUp(
+        database,
+        jobs,
+        "node-a",
+        claimed.append,
+        structlog.get_logger(),
+        live_since=queries.clock(database),
+        live_retry=timedelta(hours=1),
+        fleet_budget=CatchupBudget(3, timedelta(hours=1)),  # one each 20 minutes
+    )
+    node.run_pass(queries.clock(database))
+    assert len(claimed) == 1, "one start for the fleet, not one a job"
+    # The pace passes (every claim so far moved to 21 minutes ago, well within the
+    # hour): the jobs' waiting periods compete for what is left; in the end three
+    # started, the rest deferred.
+    for _ in range(4):
+        earlier = queries.clock(database) - timedelta(minutes=21)
+        with database.transaction() as connection:
+            for claim in claimed:
+                update(connection, "scheduler_runs", {"id": claim.id}, claimed_at=earlier)
+        node.run_pass(queries.clock(database))
+    assert len(claimed) == 3
+    statuses = [
+        row["status"] for name in jobs for row in rows(database, "scheduler_runs", job=name)
+    ]
+    assert len(statuses) == 2 * MISSED, "every owed period has a row: none lost"
+    assert statuses.count("deferred") == 2 * MISSED - len(claimed)

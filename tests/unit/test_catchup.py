@@ -114,3 +114,21 @@ def test_no_budget_plans_as_before() -> None:
     assert result.waiting == []
     assert result.deferred == []
     assert result.next_start is None
+
+
+def test_a_fleet_budget_holds_beside_the_jobs_own() -> None:
+    """Both allow a start, the smaller allowance decides, the longer pace waits."""
+    recent = HOURS[-6:]
+    fleet = CatchupBudget(runs=4, per=timedelta(hours=2))  # one each 30 minutes
+    spent_by_fleet = Spent(runs=2, last=NOW - timedelta(minutes=25))
+    result = plan(
+        recent, NOW, Policy(catchup_budget=BUDGET), spent=Spent(), fleet=(fleet, spent_by_fleet)
+    )
+    assert result.run == [], "the fleet's last start was 25 minutes ago: 5 more to wait"
+    assert result.waiting == recent[:2], "the fleet has 2 starts left, the job 3"
+    assert result.deferred == recent[2:]
+    assert result.next_start == NOW + timedelta(minutes=5)
+    alone = plan(recent, NOW, Policy(), fleet=(fleet, Spent()))
+    assert alone.run == recent[:1]
+    assert alone.waiting == recent[1:4]
+    assert alone.next_start == NOW + timedelta(minutes=30)
