@@ -6,6 +6,7 @@ once when an operator says so."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -108,6 +109,22 @@ def test_an_outage_starts_the_budget_paced_and_defers_the_rest_until_an_operator
     assert check.returncode == 1
     assert f"{len(deferred)} period(s) deferred by the catch-up budget" in check.stdout
 
+    listed = run_command(["deferred", "list", "--json", "--database-url", url], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)
+    assert (entry["job"], entry["waiting"], entry["approved"]) == ("budgeted", len(deferred), 0)
+    table = run_command(["deferred", "list", "budgeted", "--database-url", url], tmp_path)
+    assert table.stdout.splitlines()[0].split() == [
+        "JOB",
+        "WAITING",
+        "APPROVED",
+        "OLDEST",
+        "NEWEST",
+    ]
+    unknown = run_command(["deferred", "skip", "nobody", "--database-url", url], tmp_path)
+    assert unknown.returncode != 0
+    assert "job 'nobody': name: unknown" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
     answered = run_command(["deferred", "run", "budgeted", "--database-url", url], tmp_path)
     assert answered.returncode == 0, answered.stderr
     assert f"{len(deferred)} deferred period(s) approved" in answered.stdout
