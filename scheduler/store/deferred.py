@@ -29,8 +29,9 @@ APPROVED_READ = 10_000
 
 
 # The advisory lock a fleet's catch-up budget is spent under, beside the job's: a name
-# no job can have (`@` begins only the runs of schedules, and their keys never do).
-FLEET_LOCK = "@@catch-up budget"
+# no run's job can have (a job's never begins with `@`, and a schedule's key, which
+# follows the `@` of its runs, never holds a control character).
+FLEET_LOCK = "@\x1fcatch-up budget"
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,9 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
     for node in _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet):
         assert node.stop() == 0
     down = datetime.now(UTC)
-    time.sleep(8)
+    # Longer than the budget's window: a catch-up run the first nodes claimed as they
+    # started (the second after registering) no longer counts against it.
+    time.sleep(12)
     nodes = _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet)
     _first_to(nodes, "catchup_claimed")
     time.sleep(9)
@@ -179,9 +181,17 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
     )
     seen = [(row["job"], row["period"], row["status"]) for row in caught]
     assert len(started) == 3, seen
-    gaps = [b["claimed_at"] - a["claimed_at"] for a, b in itertools.pairwise(started)]
+    # Every catch-up start of the test, the first nodes' too, keeps the fleet's pace.
+    every = sorted(
+        row["claimed_at"]
+        for name in rows_of
+        for row in run_rows(postgres_url, name)
+        if row["origin"] == Origin.CATCHUP
+        and row["status"] not in (RunStatus.DEFERRED, RunStatus.SKIPPED, RunStatus.MISSED)
+    )
+    gaps = [later - earlier for earlier, later in itertools.pairwise(every)]
     assert all(gap >= PACE - timedelta(milliseconds=100) for gap in gaps), gaps
-    assert len(caught) - len(started) >= 8, "the rest of both jobs' owed periods deferred"
+    assert len(caught) - len(started) >= 12, "the rest of both jobs' owed periods deferred"
     for name, found in rows_of.items():
         assert missing_seconds([row["period"] for row in found]) == [], name
     ran = Counter((words[0], words[-1]) for words in map(str.split, log.read_text().splitlines()))
