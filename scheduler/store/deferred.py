@@ -46,18 +46,13 @@ class DeferredPeriods:
     last: datetime
 
 
-def spent(database: Database, job: str, per_s: float, lookback_s: float) -> Spent:
-    """How many catch-up runs of `job` were claimed in the last `per_s` seconds, and when
-    the newest was. Catch-up runs only periods within the job's catch-up window of their
-    claim, so only periods after `lookback_s` ago are read (through the primary key)."""
-    with database.transaction() as connection:
-        return spent_on(database, connection, job, per_s, lookback_s)
-
-
 def spent_on(
     database: Database, connection: Connection, job: str, per_s: float, lookback_s: float
 ) -> Spent:
-    """`spent`, inside the caller's transaction (which holds the job's lock)."""
+    """How many catch-up runs of `job` were claimed in the last `per_s` seconds, and when
+    the newest was, inside the caller's transaction (which holds the job's lock).
+    Catch-up runs only periods within the job's catch-up window of their claim, so only
+    periods after `lookback_s` ago are read (through the primary key)."""
     since, since_param = database.after("since", -per_s)
     oldest, oldest_param = database.after("oldest", -lookback_s)
     statement = f"""
