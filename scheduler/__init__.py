@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from scheduler.errors import RunLostError
     from scheduler.hooks import on_event
     from scheduler.model import Event
+    from scheduler.policy import Pool
     from scheduler.registry import Job, job
     from scheduler.run.context import Previous, RunContext
 
@@ -22,6 +23,7 @@ __all__ = [
     "Calendar",
     "Event",
     "Job",
+    "Pool",
     "Previous",
     "RunContext",
     "RunLostError",
@@ -33,6 +35,7 @@ _HOMES = {
     "Calendar": "scheduler.calendars",
     "Event": "scheduler.model",
     "Job": "scheduler.registry",
+    "Pool": "scheduler.policy",
     "Previous": "scheduler.run.context",
     "RunContext": "scheduler.run.context",
     "RunLostError": "scheduler.errors",

@@ -36,12 +36,13 @@ from scheduler.node.repair import Step
 from scheduler.registry import Job
 from scheduler.schedules import Schedules
 from scheduler.states import RunStatus
+from scheduler.store import concurrency, queries
 from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
-from scheduler.store import queries
 from scheduler.store import requests as asked
+from scheduler.store.concurrency import PoolState
 from scheduler.store.database import Database, open_database
 from scheduler.store.deferred import DeferredPeriods
 from scheduler.store.items import ItemRow, ItemState
@@ -193,6 +194,45 @@ class Admin:
         `skipped (budget)` and never run; how many."""
         self._known(job)
         return deferred_rows.skip(self.database, job, _oldest(job, oldest))
+
+    def pools(self) -> list[PoolState]:
+        """Every pool a registration declared: its limits in force (and the code's), what
+        runs in it now, and what waits for a slot and since when."""
+        return concurrency.states(self.database)
+
+    def set_pool(
+        self,
+        name: str,
+        *,
+        limit: int | None = None,
+        per_key: int | None = None,
+        by: str = "admin",
+    ) -> PoolState:
+        """An operator's limits for a pool, in force on every node's next start and kept
+        over the code's until `reset_pool`."""
+        if limit is None and per_key is None:
+            raise UserError(f"pool {name!r}: limit: give --limit, --per-key or both")
+        for field, value in (("limit", limit), ("per_key", per_key)):
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise UserError(f"pool {name!r}: {field}: must be a whole number ≥ 1, got {value}")
+        self._known_pool(name)
+        concurrency.change(self.database, name, limit=limit, per_key=per_key, by=by)
+        return self._known_pool(name)
+
+    def reset_pool(self, name: str, *, by: str = "admin") -> PoolState:
+        """Back to the limits the code declares."""
+        self._known_pool(name)
+        concurrency.reset(self.database, name, by=by)
+        return self._known_pool(name)
+
+    def _known_pool(self, name: str) -> PoolState:
+        for state in concurrency.states(self.database):
+            if state.name == name:
+                return state
+        raise UserError(
+            f"pool {name!r}: name: unknown to this database "
+            "(a node declares a pool when it registers a job that names it)"
+        )
 
     def _known(self, job: str) -> None:
         if not job_rows.all_jobs(self.database, {job}):

@@ -39,7 +39,7 @@ from scheduler.durations import format_duration
 from scheduler.errors import UserError
 from scheduler.model import SILENT_BEATS, JobRow
 from scheduler.policy import Policy
-from scheduler.states import Reason, RunStatus
+from scheduler.states import Reason, RunStatus, status_text
 from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import queries
@@ -417,7 +417,7 @@ def gather(
 
 
 def _status_text(run: RunRow) -> str:
-    return f"{run.status} ({run.reason})" if run.reason else run.status
+    return status_text(run.status, run.reason)
 
 
 def _seconds_text(seconds: float) -> str:

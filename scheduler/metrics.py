@@ -39,10 +39,10 @@ from scheduler.counters import LabelledCounter
 from scheduler.errors import UserError
 from scheduler.histograms import JobHistogram
 from scheduler.states import ACTIVE_STATUSES, Delivery, Origin, RunStatus
+from scheduler.store import concurrency, queries
 from scheduler.store import deferred as deferred_rows
 from scheduler.store import deliveries as stored_events
 from scheduler.store import items as stored_items
-from scheduler.store import queries
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError, first_line
 
@@ -226,6 +226,7 @@ class Readings:
     running: Mapping[str, int]
     alert_events: Mapping[str, int]
     deferred: Mapping[str, int]
+    pools: Sequence[concurrency.PoolState]
 
     @classmethod
     def read(cls, database: Database) -> Readings:
@@ -246,6 +247,7 @@ class Readings:
                 row.job: row.waiting + row.approved
                 for row in deferred_rows.deferred_periods(database)
             },
+            pools=concurrency.states(database),
         )
 
     def families(self) -> list[Metric]:
@@ -281,6 +283,7 @@ class Readings:
             overdue,
             last,
             alerts,
+            *self._pool_families(),
             _per_job(
                 "scheduler_missed_periods",
                 "Periods recorded missed (older than the job's catch-up window) in the last day.",
@@ -308,6 +311,34 @@ class Readings:
                 self.running,
             ),
         ]
+
+    def _pool_families(self) -> list[Metric]:
+        """One series per pool (pools are few, named in code): its limit in force, its
+        runs running and waiting for a slot."""
+        families = [
+            GaugeMetricFamily(
+                "scheduler_pool_limit",
+                "How many runs of the pool may run at once (an operator's limit, else the code's).",
+                labels=["pool"],
+            ),
+            GaugeMetricFamily(
+                "scheduler_pool_running",
+                "Runs of the pool's members running now, on any node.",
+                labels=["pool"],
+            ),
+            GaugeMetricFamily(
+                "scheduler_pool_waiting",
+                "Runs of the pool's members claimed and waiting for a slot "
+                "(`waiting (pool)`), on any node.",
+                labels=["pool"],
+            ),
+        ]
+        for state in self.pools:
+            for family, value in zip(
+                families, (state.limit, state.running, state.waiting), strict=True
+            ):
+                family.add_metric([state.name], value)
+        return list(families)
 
 
 def _per_job(

@@ -146,10 +146,12 @@ class Failure:
 
 
 class Started(Enum):
-    """How a start went: the function may be called; it waits its turn; it is not ours."""
+    """How a start went: the function may be called; it waits its turn; it waits for a
+    slot of its pool; it is not ours."""
 
     STARTED = "started"
     WAIT = "wait"
+    POOLED = "pooled"
     LOST = "lost"
 
 
@@ -157,10 +159,16 @@ class Started(Enum):
 class StartRequest:
     """Mark a held run as running. `in_turn` (every overlap but `allow`): the job runs one
     period at a time, oldest first, so only when no other period of it is running and no
-    earlier one waits; otherwise WAIT."""
+    earlier one waits; otherwise WAIT. `pool`: it starts only as the pool's limits
+    admit (`pool_limit` and `pool_per_key` are the code's, for a pool with no row yet);
+    otherwise POOLED."""
 
     claim: Claim
     in_turn: bool = False
+    pool: str | None = None
+    pool_key: str | None = None
+    pool_limit: int = 1
+    pool_per_key: int | None = None
 
 
 @dataclass(frozen=True)

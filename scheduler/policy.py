@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import TypeVar
 
 from scheduler.durations import Duration, parse_duration
-from scheduler.errors import JobDefinitionError
+from scheduler.errors import JobDefinitionError, UserError
 
 
 class Overlap(StrEnum):
@@ -43,6 +44,72 @@ class Isolation(StrEnum):
 
 MIN_LEASE = timedelta(seconds=2)
 E = TypeVar("E", bound=StrEnum)
+
+
+class PoolDefinitionError(UserError):
+    """A pool that cannot work; the message names it and the field."""
+
+    def __init__(self, name: str, field: str, message: str) -> None:
+        super().__init__(f"pool {name!r}: {field}: {message}")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A named limit on how many runs of its member jobs and schedules run at once across
+    the fleet: `Pool("reports", limit=4)`, and with `per_key=1` at most one run per
+    concurrency key (a tenant) among them. A member's period that finds it full waits,
+    claimed, and starts in order as a slot frees. The limits here are the code's; an
+    operator may change them at run time (`scheduler pools set`)."""
+
+    name: str
+    limit: int
+    per_key: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
+            raise PoolDefinitionError(
+                str(self.name), "name", "must be a non-empty string of ≤ 200 characters"
+            )
+        for field, value in (("limit", self.limit), ("per_key", self.per_key)):
+            if value is None and field == "per_key":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PoolDefinitionError(
+                    self.name, field, f"must be a whole number ≥ 1, got {value!r}"
+                )
+
+
+def admitted(
+    limit: int,
+    per_key: int | None,
+    running: Iterable[str | None],
+    waiting: Iterable[tuple[str, str | None]],
+    wanted: str,
+) -> bool:
+    """Whether the run `wanted` (an id) may start now in a pool whose running members hold
+    `running` keys, with `waiting` (id, key) its members' waiting runs in order, `wanted`
+    among them. Slots go in that order to each waiting run whose key has room: a run held
+    back by its own key's cap does not hold back the runs behind it, so one tenant cannot
+    take the pool, and no run ever starts past either limit."""
+    used = 0
+    by_key: dict[str, int] = {}
+    for key in running:
+        used += 1
+        if key is not None:
+            by_key[key] = by_key.get(key, 0) + 1
+    for run_id, key in waiting:
+        if used >= limit:
+            return False
+        if key is not None and per_key is not None and by_key.get(key, 0) >= per_key:
+            if run_id == wanted:
+                return False
+            continue
+        if run_id == wanted:
+            return True
+        used += 1
+        if key is not None:
+            by_key[key] = by_key.get(key, 0) + 1
+    return False
 
 
 @dataclass(frozen=True)
@@ -80,6 +147,11 @@ class Policy:
     # At most this many catch-up runs start per window, one per pace; the periods past
     # it are recorded `deferred (budget)` for an operator to run or skip.
     catchup_budget: CatchupBudget | None = None
+    # Runs at most `pool.limit` at once with the pool's other members, fleet-wide, and at
+    # most `pool.per_key` of them with the same `concurrency_key` (formatted with a
+    # schedule's arguments: "{tenant}").
+    pool: Pool | None = None
+    concurrency_key: str | None = None
 
     @property
     def heartbeat(self) -> timedelta:
@@ -153,3 +225,55 @@ def catchup_budget(job: str, field: str, value: object) -> CatchupBudget | None:
     counted = count(job, field, runs, minimum=1)
     window = duration(job, field, per, minimum=timedelta(seconds=1))
     return CatchupBudget(counted, window)
+
+
+def pool(job: str, value: object) -> Pool | None:
+    """`@job(pool=...)`: a `Pool`, or None."""
+    if value is None or isinstance(value, Pool):
+        return value
+    raise JobDefinitionError(
+        job, "pool", f'must be a Pool (scheduler.Pool("name", limit=N)), got {value!r}'
+    )
+
+
+def concurrency_key(job: str, value: object, member: Pool | None) -> str | None:
+    """`@job(concurrency_key=...)`: a string (a template's may name its schedules'
+    arguments, "{tenant}"), only with a pool."""
+    if value is None:
+        return None
+    if member is None:
+        raise JobDefinitionError(job, "concurrency_key", "needs a pool (pool=Pool(...))")
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        raise JobDefinitionError(
+            job, "concurrency_key", f"must be a non-empty string of ≤ 200 characters, got {value!r}"
+        )
+    try:
+        value.format_map(_Names())
+    except (ValueError, IndexError) as error:
+        raise JobDefinitionError(
+            job, "concurrency_key", f"is not a valid template: {error}"
+        ) from None
+    return value
+
+
+class _Names(dict[str, str]):
+    """Any name a key template uses (checked for its syntax alone)."""
+
+    def __missing__(self, name: str) -> str:
+        return name
+
+
+def key_for(job: str, template: str | None, args: Mapping[str, object]) -> str | None:
+    """A run's concurrency key: the template with a schedule's arguments in it. A name the
+    arguments lack is a JobDefinitionError naming the field (a schedule's creation is
+    refused on it)."""
+    if template is None:
+        return None
+    try:
+        return template.format_map(dict(args))
+    except KeyError as missing:
+        raise JobDefinitionError(
+            job, "concurrency_key", f"the arguments hold no {missing}"
+        ) from None
+    except (ValueError, IndexError, AttributeError) as error:
+        raise JobDefinitionError(job, "concurrency_key", str(error)) from None

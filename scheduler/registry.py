@@ -29,7 +29,15 @@ from scheduler.durations import Duration
 from scheduler.errors import JobDefinitionError, ScheduleError, UserError
 from scheduler.hooks import Hook, job_hooks
 from scheduler.model import Due, lock_key
-from scheduler.policy import MIN_LEASE, Catchup, Isolation, Overlap, Policy
+from scheduler.policy import (
+    MIN_LEASE,
+    Catchup,
+    Isolation,
+    Overlap,
+    Policy,
+    Pool,
+    PoolDefinitionError,
+)
 from scheduler.remote import Declared, Remote
 from scheduler.states import EventKind
 
@@ -138,6 +146,8 @@ def job(
     on: Mapping[str, Hook | Iterable[Hook]] | None = None,
     executor: Declared | None = None,
     calendar: Calendar | Sequence[Calendar] | None = None,
+    pool: Pool | None = None,
+    concurrency_key: str | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Declare a scheduled job: `@job(cron="*/5 * * * *")` above a function or coroutine.
 
@@ -148,6 +158,10 @@ def job(
     `cron=None` declares a template: a job with no schedule of its own, whose periods
     come from schedules created at run time (`scheduler.schedules`), which give its
     function their arguments as keywords after the RunContext.
+
+    `pool=Pool("reports", limit=4)` runs at most 4 periods of the pool's members at once
+    across the fleet; `concurrency_key` (a template's may name its schedules' arguments,
+    `"{tenant}"`) caps those of one key at the pool's `per_key`.
     """
 
     def register(func: Callable[..., Any]) -> Job:
@@ -175,7 +189,19 @@ def job(
             else policy_fields.count(
                 job_name, "pause_after_failures", pause_after_failures, minimum=1
             ),
+            pool=(member := policy_fields.pool(job_name, pool)),
+            concurrency_key=policy_fields.concurrency_key(job_name, concurrency_key, member),
         )
+        if cron is not None and policy.concurrency_key is not None:
+            try:
+                policy_fields.key_for(job_name, policy.concurrency_key, {})
+            except JobDefinitionError:
+                raise JobDefinitionError(
+                    job_name,
+                    "concurrency_key",
+                    f"{policy.concurrency_key!r} names an argument, and only a template's"
+                    " schedules have arguments (cron=None)",
+                ) from None
         return Job(
             name=job_name,
             func=func,
@@ -220,6 +246,12 @@ def _check_executor(name: str, executor: object, policy: Policy) -> Remote | Non
             name,
             "executor",
             f"must be celery(...) from scheduler.celery (or None to run here), got {executor!r}",
+        )
+    if policy.pool is not None:
+        raise JobDefinitionError(
+            name,
+            "pool",
+            "cannot be combined with a remote executor yet: a worker's start is not gated",
         )
     if policy.isolation is Isolation.PROCESS:
         raise JobDefinitionError(
@@ -310,7 +342,28 @@ def load_jobs(entries: Sequence[str]) -> dict[str, Job]:
                     f"defined twice ({known.func.__module__} and {candidate.func.__module__})",
                 )
             found[candidate.name] = candidate
+    pools_of(found.values())
     return found
+
+
+def pools_of(jobs: Iterable[Job]) -> dict[str, Pool]:
+    """The pools the jobs are members of, by name; two different pools of one name are a
+    definition error naming the pool and the field they differ in."""
+    pools: dict[str, Pool] = {}
+    for candidate in jobs:
+        member = candidate.policy.pool
+        if member is None:
+            continue
+        known = pools.setdefault(member.name, member)
+        for field_name in ("limit", "per_key"):
+            if getattr(known, field_name) != getattr(member, field_name):
+                raise PoolDefinitionError(
+                    member.name,
+                    field_name,
+                    f"declared {getattr(known, field_name)!r} and {getattr(member, field_name)!r}"
+                    f" (job {candidate.name!r}): one pool, one definition",
+                )
+    return pools
 
 
 def importable(module_name: str) -> bool:

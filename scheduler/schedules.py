@@ -235,6 +235,7 @@ class Schedules:
             policy = _overrides(
                 key, spec.catchup, spec.catchup_window, spec.catchup_limit, spec.jitter
             )
+            _check_pool_key(key, spec.job, spec.args or {})
             checked.append((spec, name, _check_args(key, spec.args or {}), policy))
         if not checked:
             return 0
@@ -488,6 +489,7 @@ class Schedules:
         local = isinstance(job, Job)
         name = job.name if isinstance(job, Job) else _check_job_name(key, job)
         arguments = _check_args(key, spec.args if spec.args is not None else {})
+        _check_pool_key(key, job, spec.args if spec.args is not None else {})
         policy = _overrides(key, spec.catchup, spec.catchup_window, spec.catchup_limit, spec.jitter)
         with rows.within(self._database, connection) as conn:
             now = rows.clock(conn)
@@ -651,6 +653,22 @@ def _check_job_name(key: str, job: object) -> str:
     if not isinstance(job, str) or not job.strip():
         raise ScheduleDefinitionError(key, "job", f"must be a job's name or the Job, got {job!r}")
     return job
+
+
+def _check_pool_key(key: str, job: object, args: object) -> None:
+    """A template's concurrency key names the schedule's arguments (`"{tenant}"`): they
+    must hold what it names. Checked where the Job is given; a schedule created by name
+    whose arguments lack it is capped under the key as written."""
+    if not isinstance(job, Job) or job.policy.concurrency_key is None or not isinstance(args, dict):
+        return
+    template = job.policy.concurrency_key
+    try:
+        policy_fields.key_for(job.name, template, args)
+    except JobDefinitionError as error:
+        message = str(error).split(": ", 2)[-1]
+        raise ScheduleDefinitionError(
+            key, "args", f"{message}: job {job.name!r} takes its concurrency key from {template!r}"
+        ) from None
 
 
 def _check_args(key: str, args: object) -> str:

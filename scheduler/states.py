@@ -42,6 +42,8 @@ class Reason(StrEnum):
     BUDGET = "budget"
     # A deferred period an operator chose to run: the next catch-up pass claims it.
     APPROVED = "approved"
+    # Claimed, it waits for a slot of its pool (`@job(pool=...)`): `waiting (pool)`.
+    POOL = "pool"
 
 
 class Origin(StrEnum):
@@ -80,3 +82,11 @@ class Delivery(StrEnum):
     FAILED = "failed"  # tries ran out; `last_error` says why
     # No hook listens to this kind for this job, or nobody has run the job for a day.
     UNROUTED = "unrouted"
+
+
+def status_text(status: str, reason: str | None) -> str:
+    """A run's status as the views say it: `skipped (overlap)`, and `waiting (pool)` for a
+    run claimed whose start its pool's limits held back."""
+    if status == "claimed" and reason == "pool":
+        return "waiting (pool)"
+    return f"{status} ({reason})" if reason else status

@@ -17,7 +17,7 @@ from scheduler.durations import format_duration
 from scheduler.errors import ScheduleError
 from scheduler.instants import utc_text
 from scheduler.model import ONE_SHOT, JobRow
-from scheduler.states import Origin
+from scheduler.states import Origin, status_text
 from scheduler.store.queries import AttemptRow, NodeRow, RunRow
 from scheduler.tables import table
 
@@ -77,10 +77,6 @@ def error_summary(error_type: str | None, message: str | None, width: int = ERRO
     lines = (message or "").strip().splitlines()
     text = error_type.rsplit(".", 1)[-1] + (f": {lines[0]}" if lines else "")
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def status_text(status: str, reason: str | None) -> str:
-    return f"{status} ({reason})" if reason else status
 
 
 # -- scheduler jobs ---------------------------------------------------------------

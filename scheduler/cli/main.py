@@ -108,6 +108,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "deferred",
         "List the periods deferred by a catch-up budget, and run or skip them.",
     ),
+    "pools": (
+        "pools",
+        "pools",
+        "List the concurrency pools, and change or reset their limits at run time.",
+    ),
     "schedules": (
         "schedules",
         "schedules",

@@ -15,8 +15,9 @@ from scheduler.admin import Admin
 from scheduler.console import grid
 from scheduler.console.auth import Actor, Credentials, from_environment
 from scheduler.schedules import Schedules
+from scheduler.states import status_text
 from scheduler.store.database import Database
-from scheduler.views import duration_text, origin_text, status_text
+from scheduler.views import duration_text, origin_text
 
 # Scripts, styles and requests only from this console: an error message or a job name
 # that smuggled markup past the escaping still could not run or load anything.

@@ -16,9 +16,8 @@ from markupsafe import Markup
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError
 from scheduler.model import JobRow
-from scheduler.states import RunStatus
+from scheduler.states import RunStatus, status_text
 from scheduler.store.overview import Cell
-from scheduler.views import status_text
 
 UPCOMING = "upcoming"
 # The legend's order: outcomes first, then what is under way, then what is to come.

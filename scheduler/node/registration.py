@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 from scheduler import calendars, logs
 from scheduler.node.peers import jobs_digest
-from scheduler.registry import TEMPLATE_CRON, Job
-from scheduler.store import job_sets
+from scheduler.registry import TEMPLATE_CRON, Job, pools_of
+from scheduler.store import concurrency, job_sets
 from scheduler.store import jobs as job_rows
 from scheduler.store.database import Database
 
@@ -18,6 +18,7 @@ from scheduler.store.database import Database
 def register(database: Database, jobs: Mapping[str, Job]) -> None:
     job_rows.register(database, [definition_row(job) for job in jobs.values()])
     job_sets.record(database, jobs_digest(jobs.values()), list(jobs))
+    concurrency.declare(database, pools_of(jobs.values()).values())
     log = logs.get_logger()
     for job in jobs.values():
         log.info(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from multiprocessing.process import BaseProcess
 
@@ -50,6 +51,17 @@ class ActiveRun:
     child: BaseProcess | None = None
     # Given up while its function ran in a thread: watched as a possible orphan.
     orphan: Orphan | None = None
+    # Its pool and concurrency key (a pooled job's): its start is gated by the pool.
+    pool: str | None = None
+    pool_key: str | None = None
+    # Held back by its pool's limits: waits on no thread (`run.pooled`).
+    parked: bool = False
+    # Its `run_waiting` line is out (said once, however often it parks again).
+    said_waiting: bool = False
     # This process's monotonic clock when the run was taken in here, after the write
     # that gave the lease had committed: a renewal sent since must find its row.
     known_from: float = field(default_factory=time.monotonic)
+
+    @property
+    def period(self) -> datetime:
+        return self.claim.period

@@ -32,8 +32,9 @@ from typing import TypeVar
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import logs, metrics
+from scheduler.errors import JobDefinitionError
 from scheduler.model import Claim, Finish, Held, QueueRequest, RunKey, Started, StartRequest
-from scheduler.policy import Isolation, Overlap
+from scheduler.policy import Isolation, Overlap, key_for
 from scheduler.registry import Job
 from scheduler.remote import Remote
 from scheduler.run import observers, orphans, outcomes, remote
@@ -45,11 +46,12 @@ from scheduler.run.leases import LeaseWatch, lease_margin, valid_until
 from scheduler.run.observers import Ending, RunObserver
 from scheduler.run.orphans import Orphan
 from scheduler.run.overdue import outlast
+from scheduler.run.pooled import PoolWaiters
 from scheduler.run.starter import Starter
 from scheduler.run.threads import RunThreads
 from scheduler.run.writer import RunWriter, Settled
 from scheduler.states import Reason, RunStatus
-from scheduler.store import writes
+from scheduler.store import concurrency, writes
 from scheduler.store.database import Database
 from scheduler.supervision import persist
 
@@ -107,6 +109,7 @@ class Dispatcher:
         self.liveness_grace = 1.0
         self._writer = RunWriter(database, self._closing, log)
         self._starter: Starter[ActiveRun] = Starter(workers, self._start_batch, self._hand, log)
+        self._pools: PoolWaiters[ActiveRun] = PoolWaiters(self._relaunch, log)
 
     # -- taking runs in --------------------------------------------------------------
 
@@ -124,7 +127,8 @@ class Dispatcher:
             claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
         )
         in_turn = job.policy.overlap is not Overlap.ALLOW
-        active = ActiveRun(claim, context, in_turn, job)
+        pool, pool_key = _pool_of(job)
+        active = ActiveRun(claim, context, in_turn, job, pool=pool, pool_key=pool_key)
         if self._stopping.is_set():
             # Claimed by a side thread while the node drains: give it straight back.
             self._give_back_unstarted(active)
@@ -159,7 +163,11 @@ class Dispatcher:
             return []
         with self._lock:
             free = [
-                name for name in jobs if self._jobs[name].remote is None and name not in self._busy
+                name
+                for name in jobs
+                if self._jobs[name].remote is None
+                and self._jobs[name].policy.pool is None  # a pool's start decides
+                and name not in self._busy
             ]
         taken = self._starter.take(len(free))
         return free[:taken]
@@ -181,7 +189,8 @@ class Dispatcher:
             claim, node=self._node_id, database=self._jobs_database, log=log, args=job.args
         )
         in_turn = job.policy.overlap is not Overlap.ALLOW
-        active = ActiveRun(claim, context, in_turn, job)
+        pool, pool_key = _pool_of(job)
+        active = ActiveRun(claim, context, in_turn, job, pool=pool, pool_key=pool_key)
         with self._lock:
             if claim.key in self._active:
                 return False
@@ -206,11 +215,19 @@ class Dispatcher:
             live = [active for active in batch if not active.lost]
         here = [active for active in live if self._remote(active) is None]
         away = [active for active in live if self._remote(active) is not None]
+        pooled = [active for active in here if active.pool is not None]
+        plain = [active for active in here if active.pool is None]
         results: dict[RunKey, Started] = {}
         try:
-            if here:
-                started = self._writer.start_many([StartRequest(a.claim, a.in_turn) for a in here])
-                results |= {a.claim.key: r for a, r in zip(here, started, strict=True)}
+            if plain:
+                started = self._writer.start_many([_start_request(a) for a in plain])
+                results |= {a.claim.key: r for a, r in zip(plain, started, strict=True)}
+            if pooled:
+                started = concurrency.start(self._database, [_start_request(a) for a in pooled])
+                results |= {a.claim.key: r for a, r in zip(pooled, started, strict=True)}
+                for active in pooled:
+                    if results[active.claim.key] is Started.POOLED:
+                        self._park(active)
             if away:
                 queued = self._writer.queue_many([self._queue_request(a) for a in away])
                 results |= {a.claim.key: r for a, r in zip(away, queued, strict=True)}
@@ -240,6 +257,11 @@ class Dispatcher:
         return remote.queue_request(active.claim, job_remote, in_turn=active.in_turn)
 
     def _hand(self, active: ActiveRun, started: bool) -> None:
+        with self._lock:
+            parked = active.parked and not started
+        if parked:  # it waits for its pool on no thread: the slot is free again
+            self._starter.release()
+            return
         try:
             self._pool.submit(self._run, active, started)
         except RuntimeError:  # the pool is shut down: drain gives the run back
@@ -287,7 +309,9 @@ class Dispatcher:
         claim, job = active.claim, active.job
         if not started_already:
             started = self._wait_and_start(active)
-            if started is Started.WAIT:  # gave its thread to an earlier period of its job
+            # WAIT: gave its thread to an earlier period of its job; POOLED: parked until
+            # its pool has a slot.
+            if started in (Started.WAIT, Started.POOLED):
                 return True
             if started is not Started.STARTED:
                 return False
@@ -396,12 +420,10 @@ class Dispatcher:
                 # A run that has not started does not start once the node is draining.
                 self._give_back_unstarted(active)
                 return Started.LOST
-            if self._remote(active) is None:
-                write = partial(self._writer.start_one, claim, in_turn=active.in_turn)
-            else:
-                write = partial(self._writer.queue_one, self._queue_request(active))
-            started = self._persist(active, write, Started.LOST)
-            if started is Started.STARTED:
+            started = self._persist(active, self._start_write(active), Started.LOST)
+            if started is Started.POOLED:
+                self._park(active)
+            if started in (Started.STARTED, Started.POOLED):
                 return started
             if started is Started.LOST:
                 if not self._stopping.is_set():
@@ -439,6 +461,39 @@ class Dispatcher:
             self._active[claim.key].launched = False
             self._launch(self._active[earlier])
             return True
+
+    def _start_write(self, active: ActiveRun) -> Callable[[], Started]:
+        """The write that starts this run: through its pool, here, or to a task queue."""
+        if active.pool is not None:
+            return partial(self._start_pooled, active)
+        if self._remote(active) is None:
+            return partial(self._writer.start_one, active.claim, in_turn=active.in_turn)
+        return partial(self._writer.queue_one, self._queue_request(active))
+
+    def _start_pooled(self, active: ActiveRun) -> Started:
+        (started,) = concurrency.start(self._database, [_start_request(active)])
+        return started
+
+    def _park(self, active: ActiveRun) -> None:
+        """Its pool is full: wait for a slot on no thread, saying so the first time."""
+        with self._lock:
+            if active.lost or self._stopping.is_set():
+                return  # the slow path gives it back
+            first = not active.said_waiting
+            active.parked = True
+            active.said_waiting = True
+            active.launched = False
+        self._pools.park(active)
+        if first:
+            active.context.log.info("run_waiting", pool=active.pool, pool_key=active.pool_key)
+
+    def _relaunch(self, active: ActiveRun) -> None:
+        """A parked run's turn to try its pool again."""
+        with self._lock:
+            if not active.parked or self._stopping.is_set():
+                return
+            active.parked = False
+            self._launch(active)
 
     def _attach(self, active: ActiveRun, child: BaseProcess) -> None:
         """The run's child process exists: kill it at once if the run was lost meanwhile."""
@@ -510,6 +565,8 @@ class Dispatcher:
         """Forget a finished run and start the next waiting period of its job, if any."""
         job = active.claim.job
         self._leases.forget(active.claim.key)
+        if active.pool is not None:
+            self._pools.wake()  # a slot of its pool may be free
         with self._lock:
             self._active.pop(active.claim.key, None)
             self._recent[active.claim.key] = time.monotonic()
@@ -617,6 +674,10 @@ class Dispatcher:
             active.lost = True
             child = active.child
             running = active.phase in (Phase.RUNNING, Phase.LINGERING)
+            parked = active.parked
+            active.parked = False
+        if parked and self._pools.unpark(active):
+            self._launch(active)  # the slow path gives it back
         if active.context.run_items is not None:
             active.context.run_items.lose()
         active.context.cancelled.set()
@@ -660,6 +721,10 @@ class Dispatcher:
         self._stopping.set()
         with self._lock:
             unlaunched = [a for a in self._active.values() if not a.launched]
+            for active in unlaunched:
+                active.parked = False
+        for active in unlaunched:
+            self._pools.unpark(active)
         for active in unlaunched:
             self._give_back_unstarted(active)
             self._done(active)
@@ -710,6 +775,7 @@ class Dispatcher:
         return written
 
     def _close(self) -> None:
+        self._pools.close()
         self._starter.close()
         self._writer.close()
         self._pool.shutdown()
@@ -718,6 +784,34 @@ class Dispatcher:
     def _persist(self, active: ActiveRun, write: Callable[[], T], default: T) -> T:
         """A write this run owes the database, retried through faults (`persist`)."""
         return persist(write, log=active.context.log, closing=self._closing, default=default)
+
+
+def _pool_of(job: Job) -> tuple[str | None, str | None]:
+    """A pooled job's pool and its run's concurrency key (a schedule's from its
+    arguments; one its arguments cannot fill is taken as written: a cap for all such)."""
+    member = job.policy.pool
+    if member is None:
+        return None, None
+    template = job.policy.concurrency_key
+    try:
+        key = key_for(job.name, template, job.args or {})
+    except JobDefinitionError:
+        key = template
+    return member.name, key
+
+
+def _start_request(active: ActiveRun) -> StartRequest:
+    member = active.job.policy.pool
+    if member is None:
+        return StartRequest(active.claim, active.in_turn)
+    return StartRequest(
+        active.claim,
+        active.in_turn,
+        pool=member.name,
+        pool_key=active.pool_key,
+        pool_limit=member.limit,
+        pool_per_key=member.per_key,
+    )
 
 
 def _kill(child: BaseProcess) -> None:

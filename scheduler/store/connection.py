@@ -63,12 +63,15 @@ TIMESTAMP_COLUMNS = frozenset(
         "updated_at",
         "fired_at",
         "deleted_at",
+        "declared_at",
+        "changed_at",
         # Aliases of computed instants.
         "now",
         "first",
         "last",
         "lease_at",
         "free_at",
+        "waiting_since",
     }
 )
 # SQLite: every column (and alias) that holds a flag.

@@ -112,6 +112,11 @@ runs = Table(
     Column("retry_at", UTCDateTime()),
     # The job's last `ctx.checkpoint(...)`, as JSON; kept across attempts of the period.
     Column("checkpoint", Text),
+    # The pool a run started (or waits) in, and its concurrency key within it: set by the
+    # start that the pool's limits admit (or hold back, `reason` 'pool'), never by the
+    # claim (0019).
+    Column("pool", String(200)),
+    Column("pool_key", String(200)),
     # What the indexes hold instead of `status`, so that a start (claimed to running,
     # nothing else indexed changes) is a HOT update: no index touched (migration 0011).
     # A live row is a run in hand, or one whose lease still matters (a timed-out call
@@ -134,6 +139,28 @@ runs = Table(
         postgresql_where=text("origin = 'catchup'"),
         sqlite_where=text("origin = 'catchup'"),
     ),
+    # A pool's start reads its members in hand (0019): a few rows, of live pooled runs.
+    Index(
+        "ix_scheduler_runs_live_pool",
+        "pool",
+        postgresql_where=text("live AND pool IS NOT NULL"),
+        sqlite_where=text("live AND pool IS NOT NULL"),
+    ),
+)
+
+# A pool's limits: the code's (written by each registration) and an operator's, which
+# win until reset (0019).
+pools = Table(
+    "scheduler_pools",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("declared_limit", Integer, nullable=False),
+    Column("declared_per_key", Integer),
+    Column("declared_at", UTCDateTime(), nullable=False),
+    Column("limit_override", Integer),
+    Column("per_key_override", Integer),
+    Column("changed_by", String(200)),
+    Column("changed_at", UTCDateTime()),
 )
 
 jobs = Table(

@@ -60,6 +60,8 @@ def add_run(
     retry_at: datetime | None = None,
     claimed_at: datetime | None = None,
     origin: str = "schedule",
+    pool: str | None = None,
+    lease_expires_at: datetime | None = None,
 ) -> str:
     run_id = uuid.uuid4().hex
     started = period + timedelta(milliseconds=5) if status not in ("skipped", "missed") else None
@@ -86,6 +88,8 @@ def add_run(
             if error
             else None,
             retry_at=retry_at,
+            pool=pool,
+            lease_expires_at=lease_expires_at,
         )
     return run_id
 

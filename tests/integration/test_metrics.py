@@ -13,7 +13,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler import metrics
+from scheduler.policy import Pool as PoolLimits
 from scheduler.states import Origin
+from scheduler.store import concurrency
 from scheduler.store.database import Database, parse_database_url
 from scheduler.store.pool import Pool
 from tests.integration import seed
@@ -166,3 +168,32 @@ def test_per_job_gauges_start_at_zero_for_every_registered_job(watched: Database
         ) == expected, name
     (build,) = [labels for name, labels in found if name == "scheduler_build_info"]
     assert dict(build)["version"] == "0.1.0"
+
+
+def test_each_pool_has_its_limit_running_and_waiting_gauges(watched: Database) -> None:
+    concurrency.declare(watched, [PoolLimits("reports", limit=2), PoolLimits("quiet", limit=5)])
+    now = seed.now()
+    period = datetime(2026, 1, 1, tzinfo=UTC)
+    for hours, status, reason in (
+        (0, "running", None),
+        (1, "claimed", "pool"),
+        (2, "claimed", "pool"),
+    ):
+        seed.add_run(
+            watched,
+            "report",
+            period + timedelta(hours=hours),
+            status,
+            reason=reason,
+            pool="reports",
+            lease_expires_at=now + timedelta(minutes=5),
+        )
+    concurrency.change(watched, "reports", limit=3, per_key=None, by="ops")
+    found = samples()
+    for pool, expected in (("reports", (3, 1, 2)), ("quiet", (5, 0, 0))):
+        labels = (("pool", pool),)
+        assert (
+            found[("scheduler_pool_limit", labels)],
+            found[("scheduler_pool_running", labels)],
+            found[("scheduler_pool_waiting", labels)],
+        ) == expected, pool
