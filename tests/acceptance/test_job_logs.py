@@ -104,8 +104,9 @@ def test_what_a_job_prints_comes_between_its_start_and_its_outcome(
 
 
 def test_a_second_copy_says_what_ran_elsewhere(tmp_path: Path, sqlite_url: str) -> None:
-    """The README's first steps: start a second copy and watch each period run in only
-    one of them. The copy that ran nothing says so, at info level."""
+    """The tutorial's first steps (docs/tutorial/first-job.md): start a second copy and
+    watch each period run in only one of them. The copy that ran nothing says so, at info
+    level."""
     log = tmp_path / "executions.txt"
     nodes = [
         start_node(
