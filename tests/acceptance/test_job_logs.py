@@ -93,7 +93,8 @@ def test_what_a_job_prints_comes_between_its_start_and_its_outcome(
     """A person reading the log sees a job's own output after its run_started line and
     before its outcome, whether stdout is unbuffered (our Docker image sets
     PYTHONUNBUFFERED: each print is written at once) or not. Whoever makes our lines wait
-    to be written together (tried twice for the burst, see BENCHMARKS) must keep this."""
+    to be written together (tried for the burst several times, see
+    BENCHMARKS.md's git history) must keep this."""
     code, out = _trigger(tmp_path, sqlite_url, "chatty-print", PYTHONUNBUFFERED=unbuffered)
     assert code == 0, out
     said = [
