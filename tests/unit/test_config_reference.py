@@ -1,5 +1,6 @@
-"""The docs' configuration reference and command list agree with the CLI's own click
-definitions: every option of every command, its variable and its default."""
+"""The docs' configuration reference (docs/reference/configuration.md) and command list
+(docs/reference/cli.md) agree with the CLI's own click definitions: every option of every
+command, its variable and its default."""
 
 from __future__ import annotations
 

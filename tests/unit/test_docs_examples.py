@@ -1,4 +1,4 @@
-"""The docs' examples show what this version does."""
+"""The docs' examples (docs/tutorial/two-replicas.md) show what this version does."""
 
 from __future__ import annotations
 
