@@ -108,6 +108,7 @@ class Admin:
             raise
 
     def close(self) -> None:
+        """Close the database this `Admin` opened from a URL; one it was given stays open."""
         if self._owned:
             self.database.dispose()
 
@@ -395,6 +396,8 @@ class Admin:
         return asked.recent(self.database, job, limit)
 
     def request(self, request_id: str) -> RequestRow:
+        """One request by the id `request_trigger` and the others returned: who asked,
+        which node took it, and its outcome; a `UserError` when there is none."""
         found = asked.get(self.database, request_id)
         if found is None:
             raise UserError(f"no request with id {request_id!r}")

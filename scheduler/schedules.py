@@ -167,6 +167,7 @@ class Schedules:
             raise
 
     def close(self) -> None:
+        """Close the database opened from a URL; one given as a `Database` stays open."""
         if self._owned:
             self._database.dispose()
 

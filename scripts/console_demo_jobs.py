@@ -1,4 +1,4 @@
-"""Jobs for the README's screenshot of the console (scripts/console-screenshot): a small
+"""Jobs for the docs' screenshot of the console (scripts/console-screenshot): a small
 fleet whose grid shows every colour within a minute of running."""
 
 from __future__ import annotations

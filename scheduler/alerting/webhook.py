@@ -80,6 +80,8 @@ class Webhook:
         return None
 
     def payload(self, event: Event) -> dict[str, Any]:
+        """The body POSTed for an event: the event itself, or a Slack message that
+        carries its key (`format="slack"`)."""
         data = event.as_dict()
         if self.format == "slack":
             return {"text": slack_text(event), "event_key": event.key}

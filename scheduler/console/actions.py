@@ -185,7 +185,8 @@ def _same_site(token: str) -> bool:
 
 REASONS = {
     "read-only": "This console is read-only: no credentials are configured "
-    "(set SCHEDULER_CONSOLE_AUTH; see the README's Web console section). Nothing was changed.",
+    "(set SCHEDULER_CONSOLE_AUTH; see the docs' web console guide, how-to/console.md). "
+    "Nothing was changed.",
     "no credentials": "Sign in to act (the link at the top right): this needs a name and "
     "secret from SCHEDULER_CONSOLE_AUTH. Nothing was changed.",
     "form token or origin": "This form is stale or came from another site: reload the page "

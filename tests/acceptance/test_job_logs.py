@@ -93,7 +93,8 @@ def test_what_a_job_prints_comes_between_its_start_and_its_outcome(
     """A person reading the log sees a job's own output after its run_started line and
     before its outcome, whether stdout is unbuffered (our Docker image sets
     PYTHONUNBUFFERED: each print is written at once) or not. Whoever makes our lines wait
-    to be written together (tried twice for the burst, see BENCHMARKS) must keep this."""
+    to be written together (tried for the burst several times, see
+    BENCHMARKS.md's git history) must keep this."""
     code, out = _trigger(tmp_path, sqlite_url, "chatty-print", PYTHONUNBUFFERED=unbuffered)
     assert code == 0, out
     said = [
@@ -104,8 +105,9 @@ def test_what_a_job_prints_comes_between_its_start_and_its_outcome(
 
 
 def test_a_second_copy_says_what_ran_elsewhere(tmp_path: Path, sqlite_url: str) -> None:
-    """The README's first steps: start a second copy and watch each period run in only
-    one of them. The copy that ran nothing says so, at info level."""
+    """The tutorial's first steps (docs/tutorial/first-job.md): start a second copy and
+    watch each period run in only one of them. The copy that ran nothing says so, at info
+    level."""
     log = tmp_path / "executions.txt"
     nodes = [
         start_node(

@@ -1,4 +1,5 @@
-"""The example jobs in jobs/ do what the README says, on real databases."""
+"""The example jobs in jobs/ do what the docs say (docs/tutorial/first-job.md), on real
+databases."""
 
 from __future__ import annotations
 

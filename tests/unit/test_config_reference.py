@@ -1,5 +1,6 @@
-"""The README's configuration reference and command list agree with the CLI's own
-click definitions: every option of every command, its variable and its default."""
+"""The docs' configuration reference (docs/reference/configuration.md) and command list
+(docs/reference/cli.md) agree with the CLI's own click definitions: every option of every
+command, its variable and its default."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 
 from tests.cli_model import commands, flags
 
-README = Path(__file__).parents[2] / "README.md"
+DOCS = Path(__file__).parents[2] / "docs" / "reference"
+# The table of every option, and the list of every command, each on its own page.
+CONFIGURATION = DOCS / "configuration.md"
+COMMANDS = DOCS / "cli.md"
 CODE = re.compile(r"`([^`]+)`")
 COMMAND_WORD = re.compile(r"[a-z][a-z0-9-]*$")
 
@@ -51,9 +55,9 @@ def _tables(text: str) -> list[list[list[str]]]:
 
 
 def _section(heading: str) -> str:
-    text = README.read_text()
+    text = COMMANDS.read_text()
     match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"README.md has no '## {heading}' section"
+    assert match, f"{COMMANDS.name} has no '## {heading}' section"
     return match.group(1)
 
 
@@ -64,9 +68,9 @@ def _default_of(cell: str) -> str:
     return cell.split(maxsplit=1)[0] if cell else ""
 
 
-def _readme_rows() -> set[Row]:
-    tables = [table for table in _tables(README.read_text()) if table[0] == HEADER]
-    assert len(tables) == 1, f"README.md needs one table headed | {' | '.join(HEADER)} |"
+def _documented_rows() -> set[Row]:
+    tables = [table for table in _tables(CONFIGURATION.read_text()) if table[0] == HEADER]
+    assert len(tables) == 1, f"{CONFIGURATION.name} needs one table headed | {' | '.join(HEADER)} |"
     return {
         Row(
             flags=frozenset(CODE.findall(cells[0])),
@@ -96,13 +100,13 @@ def _table(rows: set[Row]) -> str:
 
 
 def test_every_option_is_documented_with_its_variable_and_default() -> None:
-    documented, actual = _readme_rows(), _code_rows()
+    documented, actual = _documented_rows(), _code_rows()
     missing = "\n  ".join(sorted(row.markdown() for row in actual - documented))
     stale = "\n  ".join(sorted(row.markdown() for row in documented - actual))
     assert (missing, stale) == ("", ""), (
-        "README's configuration reference disagrees with the CLI.\n"
-        f"Missing or different in the README:\n  {missing or '-'}\n"
-        f"In the README but not the CLI:\n  {stale or '-'}\n"
+        f"{CONFIGURATION} disagrees with the CLI.\n"
+        f"Missing or different in the docs:\n  {missing or '-'}\n"
+        f"In the docs but not the CLI:\n  {stale or '-'}\n"
         f"The table the CLI defines:\n{_table(actual)}"
     )
 
@@ -126,7 +130,7 @@ def test_every_command_is_listed() -> None:
                 if words and words[0] == "scheduler":
                     listed.add(_command_path(words[1:]))
     missing = sorted(set(commands()) - listed)
-    assert not missing, f"README 'Commands' table does not list: {missing}"
+    assert not missing, f"{COMMANDS} 'Commands' tables do not list: {missing}"
 
 
 def _command_path(words: list[str]) -> str:
