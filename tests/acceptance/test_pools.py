@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from scheduler.errors import ScheduleDefinitionError
 from scheduler.policy import Pool
+from scheduler.schedules import Schedules
 from scheduler.states import RunStatus
 from scheduler.store import concurrency
 from scheduler.store.database import open_database
+from tests.acceptance.jobmods.pooled_tenants import tenant_sync
 from tests.acceptance.processes import Node, run_command, start_node
 from tests.acceptance.records import notes, run_rows
 
@@ -38,7 +41,7 @@ def _started(nodes: list[Node]) -> None:
 
 
 def _bodies(log: Path, killed: str, killed_at: float) -> list[tuple[float, float, str]]:
-    """(began, ended, key) of every body noted; one whose node was killed ended then."""
+    """(began, ended, job) of every body noted; one whose node was killed ended then."""
     began: dict[tuple[str, str, str, str], float] = {}
     ended: dict[tuple[str, str, str, str], float] = {}
     for words in notes(log):
@@ -51,7 +54,7 @@ def _bodies(log: Path, killed: str, killed_at: float) -> list[tuple[float, float
         if end is None:
             assert key[1].startswith(killed), f"a body never ended on a live node: {key}"
             end = killed_at
-        bodies.append((start, end, key[3].split("-")[0]))
+        bodies.append((start, end, key[3]))
     return bodies
 
 
@@ -102,7 +105,7 @@ def test_a_pool_holds_its_limits_across_a_killed_node_and_loses_no_period(
         codes = [node.stop() for node in nodes]
     assert codes == [0] * len(nodes)
 
-    bodies = _bodies(log, "n1", killed_at)
+    bodies = [(start, end, job.split("-")[0]) for start, end, job in _bodies(log, "n1", killed_at)]
     peak, key_peak = _peaks(bodies)
     assert peak <= LIMIT, f"{peak} bodies of the pool ran at once"
     assert key_peak <= PER_KEY, f"{key_peak} bodies of one key ran at once"
@@ -175,3 +178,36 @@ def test_bad_limits_are_refused_in_one_line_and_change_nothing(
     assert "pool 'reports': limit: give --limit, --per-key or both" in refused("set", "reports")
     (listed,) = json.loads(_command(["pools", "list", "--json"], sqlite_url, tmp_path))
     assert (listed["limit"], listed["changed_by"]) == (2, None), "a refused change changed it"
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_schedules_created_at_run_time_share_their_templates_pool_by_their_tenant(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A template in a pool of 2, one run per tenant at once, its key from each schedule's
+    arguments: tenant 1's two schedules take turns while tenant 2's runs on time."""
+    url = request.getfixturevalue("postgres_url" if backend == "postgres" else "sqlite_url")
+    log = tmp_path / "executions.txt"
+    node = start_node(tmp_path, "n1", url, "pooled_tenants", EXECUTION_LOG=str(log))
+    database = open_database(url)
+    try:
+        _started([node])
+        schedules = Schedules(database)
+        with pytest.raises(ScheduleDefinitionError, match="schedule 't9': args: the arguments"):
+            schedules.create("t9", tenant_sync, every="2s", args={"other": 9})
+        for key, tenant in (("t1:a", 1), ("t1:b", 1), ("t2", 2)):
+            schedules.create(key, tenant_sync, every="2s", args={"tenant": tenant})
+        time.sleep(14)
+    finally:
+        database.dispose()
+        assert node.stop() == 0
+    bodies = [
+        (start, end, "1" if key.startswith("@t1") else "2")
+        for start, end, key in _bodies(log, "-", 0.0)
+    ]
+    peak, key_peak = _peaks(bodies)
+    assert (peak, key_peak) == (2, 1), "the pool's limits did not hold (or never filled)"
+    waited = {e["pool_key"] for e in node.events() if e.get("event") == "run_waiting"}
+    assert "tenant-1" in waited
+    assert "tenant-2" not in waited, "tenant 2 waited behind tenant 1"
+    assert run_rows(url, "@t9") == [], "a refused schedule ran"
