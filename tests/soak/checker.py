@@ -50,6 +50,8 @@ class JobSpec:
     due: tuple[datetime, ...]  # periods due in the judged window
     non_cooperative: bool = False  # rule 1 (a) may apply
     items: bool = False  # rule 2 applies
+    pool: str | None = None  # rule 5: its pool's members run at most `pool_limit` at once
+    pool_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -641,6 +643,41 @@ def ran_together(history: History, found: Sequence[Body]) -> list[Finding]:
     return findings
 
 
+def over_pool_limit(history: History, found: Sequence[Body]) -> list[Finding]:
+    """Rule 5, pools: at no instant do more bodies of a pool's members run than its
+    limit, leaving out, as rule 4 does, a body in window (a) (told to stop, went on) or
+    frozen with its node and stopped as it thawed, once a later body began."""
+    findings = []
+    pools: dict[str, list[Body]] = defaultdict(list)
+    limits: dict[str, int] = {}
+    for body in found:
+        spec = history.jobs.get(body.job)
+        if spec is not None and spec.pool is not None:
+            pools[spec.pool].append(body)
+            limits[spec.pool] = spec.pool_limit
+    for pool, members in pools.items():
+        ordered = sorted(members, key=lambda b: b.start)
+        for index, body in enumerate(ordered):
+            beside = [
+                other
+                for other in ordered[:index]
+                if body.start < (other.end if other.end is not None else float("inf"))
+                and not orphaned(history, other)
+                and not thawed_tail(history, other, body)
+            ]
+            if len(beside) >= limits[pool]:
+                running = "; ".join(f"{other.job} {other.describe()}" for other in beside)
+                findings.append(
+                    Finding(
+                        "5 over the pool's limit",
+                        body.job,
+                        body.period,
+                        f"{body.describe()} began while {running} ran (pool {pool})",
+                    )
+                )
+    return findings
+
+
 def never_ended(history: History, found: Sequence[Body]) -> list[Finding]:
     """Rule 4, ends: a body with no closing line whose process was never seen to end,
     nor (a child) given up, is still running once the soak is over: every started run
@@ -674,6 +711,7 @@ def check(history: History) -> Verdict:
     verdict.findings += unaccounted_periods(history, found, verdict)
     verdict.findings += started_early(found)
     verdict.findings += ran_together(history, found)
+    verdict.findings += over_pool_limit(history, found)
     verdict.findings += never_ended(history, found)
     verdict.findings += unexpected_exits(history)
     return verdict

@@ -66,6 +66,8 @@ def job_specs(
             due=due,
             non_cooperative=job.name == NON_COOPERATIVE,
             items=job.name == ITEMS_JOB,
+            pool=job.policy.pool.name if job.policy.pool else None,
+            pool_limit=job.policy.pool.limit if job.policy.pool else 0,
         )
     return specs
 

@@ -13,6 +13,7 @@ ledger (`tests.soak.ledger`): `start` on entry, then how it left.
 | `soak-allow` | every 3 s | 4 s: always two at once | allow |
 | `soak-async` | every 2 s | `async def`, 0.5 s | skip |
 | `soak-tenant` | a template: `SCHEDULES` at run time | 0.3 s, polls `ctx.cancelled` | skip |
+| `soak-pool-a`, `-b` | every 2 s, both | 0.5 s, polls `ctx.cancelled` | allow, a pool of 1 |
 
 Every body but `soak-slow` stops when `ctx.cancelled` is set (the child process of
 `soak-process` is killed instead), so that only `soak-slow` can complete after its
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from scheduler import RunContext, job
+from scheduler import Pool, RunContext, job
 from tests.soak import ledger
 
 DATABASE_ENV = "SOAK_DATABASE_URL"
@@ -198,6 +199,21 @@ async def coroutine(ctx: RunContext) -> None:
         ledger.note(ctx, ledger.CANCELLED)
         raise
     ledger.note(ctx, ledger.END)
+
+
+# Two jobs due at the same instants in a pool of one: every period one of them waits for
+# the other's slot (`waiting (pool)`); rule 5 holds them to one body at a time.
+SOAK_POOL = Pool("soak-pool", limit=1)
+
+
+@job(cron="*/2 * * * * *", name="soak-pool-a", pool=SOAK_POOL, overlap="allow")
+def pooled_a(ctx: RunContext) -> None:
+    _cooperative(ctx, lambda: _wait(ctx, 0.5))
+
+
+@job(cron="*/2 * * * * *", name="soak-pool-b", pool=SOAK_POOL, overlap="allow")
+def pooled_b(ctx: RunContext) -> None:
+    _cooperative(ctx, lambda: _wait(ctx, 0.5))
 
 
 @job(cron=None, name="soak-tenant")

@@ -23,7 +23,7 @@ from tests.soak.checker import (
     check,
 )
 from tests.soak.injector import Exit, FaultRecord
-from tests.soak.ledger import CANCELLED, END, ERROR, FAIL, SEEN, START, Line
+from tests.soak.ledger import CANCELLED, END, ERROR, FAIL, SEEN, START, Line, node_name
 
 P0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 T0 = P0.timestamp()
@@ -447,3 +447,25 @@ def test_window_b_allows_a_server_back_with_the_lease_spent() -> None:
     # Taken over long after the server came back: the node had time to renew.
     late = replace(spent, finished_at=T0 + 11.0)
     assert rules(check(_twice(faults=restart, attempts=[late]))) == ["1 completed twice"]
+
+
+def test_a_pools_members_past_its_limit_fail_unless_the_earlier_was_frozen() -> None:
+    members = [
+        spec("pool-a", "allow", due=(0, 2), pool="p", pool_limit=1),
+        spec("pool-b", "allow", due=(0, 2), pool="p", pool_limit=1),
+    ]
+    runs = [row(period, job=job.name) for job in members for period in (0, 2)]
+    in_turn = [
+        *body(0, 0.0, 0.5, job="pool-a"),
+        *body(0, 0.5, 1.0, job="pool-b"),
+        *body(2, 2.0, 2.5, job="pool-a"),
+        *body(2, 2.6, 3.1, job="pool-b"),
+    ]
+    assert check(history(members, in_turn, runs)).ok
+    together = [*in_turn[:6], *body(2, 2.4, 2.9, job="pool-b")]
+    found = check(history(members, together, runs))
+    assert rules(found) == ["5 over the pool's limit"]
+    # The earlier body was frozen with its node and stopped as it thawed: the later one
+    # began in the freeze, as rule 4 allows.
+    frozen = [fault(kinds.STOP, node_name(NODE_1), 1.9, 2.45)]
+    assert check(history(members, together, runs, faults=frozen)).ok
