@@ -85,6 +85,7 @@ def _record(state: PoolState) -> dict[str, Any]:
         "declared_per_key": state.declared_per_key,
         "changed_by": state.changed_by,
         "changed_at": views.iso(state.changed_at),
+        "overridden": state.overridden,
         "running": state.running,
         "waiting": state.waiting,
         "waiting_since": views.iso(state.waiting_since),
@@ -104,7 +105,7 @@ def _text(records: list[dict[str, Any]]) -> str:
                 str(record["running"]),
                 str(record["waiting"]),
                 views.short_time(record["waiting_since"]),
-                record["changed_by"] or "code",
+                record["changed_by"] if record["overridden"] else "code",
             ]
             for record in records
         ],

@@ -20,6 +20,7 @@ from scheduler.store import checkpoints, overview, queries
 from scheduler.store import deferred as deferred_rows
 from scheduler.store import items as stored_items
 from scheduler.store import requests as asked
+from scheduler.store.concurrency import PoolState
 from scheduler.store.database import Database
 from scheduler.store.deferred import DeferredPeriods
 from scheduler.store.items import ItemRow
@@ -60,6 +61,8 @@ class Overview:
     page: int
     pages: int
     retired: set[str] = field(default_factory=set)
+    # The concurrency pools: their limits, what runs and what waits in each.
+    pools: list[PoolState] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def read_overview(
     cells = overview.recent_cells(database, [job.name for job in shown], periods)
     retired = _retired(database, shown, header.now)
     rows = [grid_row(job, cells.get(job.name, []), header.now, ahead=2) for job in shown]
-    return Overview(header, rows, len(jobs), len(named), page, pages, retired)
+    return Overview(header, rows, len(jobs), len(named), page, pages, retired, admin.pools())
 
 
 def read_job(admin: Admin, name: str) -> JobPage | None:

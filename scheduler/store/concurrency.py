@@ -62,8 +62,11 @@ class PoolState:
     per_key: int | None
     declared_limit: int
     declared_per_key: int | None
+    # Who last changed (or reset) its limits, and when.
     changed_by: str | None
     changed_at: datetime | None
+    # An operator's limits are in force (not the code's).
+    overridden: bool
     running: int
     waiting: int
     waiting_since: datetime | None
@@ -123,6 +126,7 @@ def states(database: Database) -> list[PoolState]:
     with database.transaction() as connection:
         pools = connection.execute(
             f"""SELECT name, declared_limit, declared_per_key, changed_by, changed_at,
+                limit_override IS NOT NULL OR per_key_override IS NOT NULL AS overridden,
                 {_IN_FORCE} FROM {POOLS} ORDER BY name"""
         ).all()
         found: list[PoolState] = []
@@ -145,6 +149,7 @@ def states(database: Database) -> list[PoolState]:
                     declared_per_key=pool.declared_per_key,
                     changed_by=pool.changed_by,
                     changed_at=pool.changed_at,
+                    overridden=bool(pool.overridden),
                     running=running.n,
                     waiting=waiting.n,
                     waiting_since=waiting.waiting_since,

@@ -76,7 +76,17 @@ TIMESTAMP_COLUMNS = frozenset(
 )
 # SQLite: every column (and alias) that holds a flag.
 FLAG_COLUMNS = frozenset(
-    {"paused", "force", "include_failed", "expired", "live", "held", "in_progress", "started"}
+    {
+        "paused",
+        "force",
+        "include_failed",
+        "expired",
+        "live",
+        "held",
+        "in_progress",
+        "started",
+        "overridden",
+    }
 )
 
 Row = tuple[Any, ...]

@@ -129,10 +129,15 @@ def test_an_operators_limit_is_in_force_at_the_next_start_until_reset(
     assert concurrency.start(database, [_request(runs[1])]) == [Started.STARTED]
     assert concurrency.start(database, [_request(runs[2])]) == [Started.POOLED]
     (state,) = concurrency.states(database)
-    assert (state.limit, state.declared_limit, state.changed_by) == (2, 1, "ops")
+    assert (state.limit, state.declared_limit, state.changed_by, state.overridden) == (
+        2,
+        1,
+        "ops",
+        True,
+    )
     concurrency.reset(database, "reports", by="ops")
     (state,) = concurrency.states(database)
-    assert (state.limit, state.running, state.waiting) == (1, 2, 1)
+    assert (state.limit, state.running, state.waiting, state.overridden) == (1, 2, 1, False)
     with pytest.raises(StoreRejectedError, match="pool 'nightly': name: no such pool"):
         concurrency.change(database, "nightly", limit=3, per_key=None, by="ops")
 
