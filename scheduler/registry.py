@@ -247,12 +247,6 @@ def _check_executor(name: str, executor: object, policy: Policy) -> Remote | Non
             "executor",
             f"must be celery(...) from scheduler.celery (or None to run here), got {executor!r}",
         )
-    if policy.pool is not None:
-        raise JobDefinitionError(
-            name,
-            "pool",
-            "cannot be combined with a remote executor yet: a worker's start is not gated",
-        )
     if policy.isolation is Isolation.PROCESS:
         raise JobDefinitionError(
             name,

@@ -214,16 +214,16 @@ class Dispatcher:
         with self._lock:  # a run given up while it waited is not started (see below)
             live = [active for active in batch if not active.lost]
         here = [active for active in live if self._remote(active) is None]
-        away = [active for active in live if self._remote(active) is not None]
-        pooled = [active for active in here if active.pool is not None]
+        pooled = [active for active in live if active.pool is not None]
         plain = [active for active in here if active.pool is None]
+        away = [a for a in live if self._remote(a) is not None and a.pool is None]
         results: dict[RunKey, Started] = {}
         try:
             if plain:
                 started = self._writer.start_many([_start_request(a) for a in plain])
                 results |= {a.claim.key: r for a, r in zip(plain, started, strict=True)}
             if pooled:
-                started = concurrency.start(self._database, [_start_request(a) for a in pooled])
+                started = self._start_pooled_many(pooled)
                 results |= {a.claim.key: r for a, r in zip(pooled, started, strict=True)}
                 for active in pooled:
                     if results[active.claim.key] is Started.POOLED:
@@ -471,8 +471,17 @@ class Dispatcher:
         return partial(self._writer.queue_one, self._queue_request(active))
 
     def _start_pooled(self, active: ActiveRun) -> Started:
-        (started,) = concurrency.start(self._database, [_start_request(active)])
+        (started,) = self._start_pooled_many([active])
         return started
+
+    def _start_pooled_many(self, pooled: Sequence[ActiveRun]) -> list[Started]:
+        """Start (or, for a remote executor, queue) pooled runs as their pools admit."""
+        queues = {
+            active.claim.id: self._queue_request(active)
+            for active in pooled
+            if self._remote(active) is not None
+        }
+        return concurrency.start(self._database, [_start_request(a) for a in pooled], queues)
 
     def _park(self, active: ActiveRun) -> None:
         """Its pool is full: wait for a slot on no thread, saying so the first time."""

@@ -7,18 +7,19 @@ lock (SQLite: its single writer), reading the members in hand: those running cou
 when recovery ends its lease), those held back wait in order (`waiting`: claimed,
 reason `pool`, under a live lease). A start the limits hold back marks its row so
 (`reason` 'pool', with the pool and key) and answers POOLED: the row stays claimed,
-its holder renews it and tries again as slots free. The limits in force are an
+its holder renews it and tries again as slots free. A remote executor's run is queued
+for its worker instead, and holds its slot from then. The limits in force are an
 operator's where set (`change`), else the code's (`declare`, at each registration).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from scheduler.model import Started, StartRequest
+from scheduler.model import QueueRequest, Started, StartRequest
 from scheduler.policy import Pool, admitted
 from scheduler.store.database import Connection, Database
 from scheduler.store.faults import StoreRejectedError
@@ -38,10 +39,12 @@ _IN_FORCE = """COALESCE(limit_override, declared_limit) AS size,
 
 
 def running_sql(now: str) -> str:
-    """A pool's member whose body runs (or may: started, timed out and lingering) under a
-    live lease: it holds a slot."""
+    """A pool's member whose body runs (or may: started, timed out and lingering, or
+    handed to a task queue until its message's deadline) under a live lease: it holds a
+    slot."""
     return (
-        f"live AND pool = :pool AND status IN ('running', 'timed_out') AND lease_expires_at > {now}"
+        f"live AND pool = :pool AND status IN ('queued', 'running', 'timed_out')"
+        f" AND lease_expires_at > {now}"
     )
 
 
@@ -158,12 +161,20 @@ def states(database: Database) -> list[PoolState]:
     return found
 
 
-def start(database: Database, requests: Sequence[StartRequest]) -> list[Started]:
+def start(
+    database: Database,
+    requests: Sequence[StartRequest],
+    queues: Mapping[str, QueueRequest] | None = None,
+) -> list[Started]:
     """Start pooled runs as their pools' limits admit, each on its own fence: STARTED,
     POOLED (held back, marked waiting), WAIT (admitted, but an earlier period of its job
-    is active: its turn first) or LOST (not this attempt's any more)."""
+    is active: its turn first) or LOST (not this attempt's any more). A run with a
+    `queues` entry (by run id: a remote executor's) is handed to its task queue instead
+    (`queued`, its lease the message's deadline; STARTED means queued), holding its slot
+    until a worker's run ends or the deadline passes."""
     if not requests:
         return []
+    queues = queues or {}
     locks = {LOCK_PREFIX + str(request.pool) for request in requests}
     in_turn = {request.claim.job for request in requests if request.in_turn}
     # Oldest period first within each pool: a batch admits in the pools' own order.
@@ -171,7 +182,9 @@ def start(database: Database, requests: Sequence[StartRequest]) -> list[Started]
     answers: dict[int, Started] = {}
     with database.guarded(jobs=locks | in_turn) as guarded:
         for index in order:
-            answers[index] = _start_one(database, guarded.connection, requests[index])
+            request = requests[index]
+            queue = queues.get(request.claim.id)
+            answers[index] = _start_one(database, guarded.connection, request, queue)
     return [answers[index] for index in range(len(requests))]
 
 
@@ -179,23 +192,37 @@ def _place(request: StartRequest) -> tuple[str, datetime, str]:
     return (str(request.pool), request.claim.period, request.claim.id)
 
 
-def _start_one(database: Database, connection: Connection, request: StartRequest) -> Started:
+def _start_one(
+    database: Database,
+    connection: Connection,
+    request: StartRequest,
+    queue: QueueRequest | None,
+) -> Started:
     claim = request.claim
     fence = fence_params(claim)
     now = database.now
     mine = connection.execute(
         f"SELECT status, period FROM {RUNS} WHERE {MINE_SQL} AND lease_expires_at > {now}"
-        f" AND status IN ('claimed', 'running')",
+        f" AND status IN ('claimed', 'queued', 'running')",
         fence,
     ).first()
     if mine is None:
         return Started.LOST
-    if mine.status == "running":  # this start, tried again after its reply was lost
+    if mine.status != "claimed":  # this start, tried again after its reply was lost
         return Started.STARTED
     pool: dict[str, Any] = {"pool": request.pool, "pool_key": request.pool_key}
     if _admits(database, connection, request):
-        statement = f"""UPDATE {RUNS} SET status = 'running', started_at = {now},
-                started_attempts = started_attempts + 1, reason = NULL,
+        if queue is None:
+            went = (
+                f"status = 'running', started_at = {now}, started_attempts = started_attempts + 1"
+            )
+        else:
+            lease, leased = database.lease("deadline_s", queue.deadline_s)
+            went = (
+                f"status = 'queued', queued_at = {now}, queue = :queue, lease_expires_at = {lease}"
+            )
+            pool |= {**leased, "queue": queue.queue}
+        statement = f"""UPDATE {RUNS} SET {went}, reason = NULL,
                 pool = :pool, pool_key = :pool_key
             WHERE {startable(database, in_turn=request.in_turn)}"""
         if connection.execute(statement, {**startable_params(claim), **pool}).rowcount == 1:

@@ -3,6 +3,7 @@ is sent once, run once on a worker, and recorded with its time in the queue."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -399,3 +400,36 @@ def test_a_worker_with_a_bad_tracing_setting_refuses_to_start_and_says_why(
         result.stderr + result.stdout
     )
     assert "Traceback" not in result.stderr
+
+
+def test_a_pool_holds_remote_runs_to_its_limit_on_workers_that_could_run_more(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two jobs in a pool of one, due at the same instants, on a worker of concurrency 2:
+    one is queued at a time (the other waits, claimed, for the slot), each period runs
+    once, and the two bodies never overlap."""
+    env = celery_env(tmp_path, postgres_url, f"{REDIS_URL}/12", CELERY_TEST_POOLED="1")
+    worker = start_worker(tmp_path, "w1", queue=env["CELERY_TEST_QUEUE"], concurrency=2, env=env)
+    node = start_node(tmp_path, "node1", postgres_url, "on_celery", **env)
+    try:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+        time.sleep(12)
+    finally:
+        assert node.stop() == 0
+        worker.stop()
+    notes: dict[tuple[str, str], dict[str, float]] = {}
+    for line in (tmp_path / "executions.txt").read_text().splitlines():
+        words = line.split()
+        if len(words) != 3 or not words[1].startswith("remote_pool_"):
+            continue  # remote_tick's evidence
+        period, job, what = words
+        kind, moment = what.split("@")
+        assert kind not in notes.setdefault((period, job), {}), f"{job} {period} ran twice"
+        notes[(period, job)][kind] = float(moment)
+    bodies = sorted((n["start"], n.get("done", n["start"] + 1.0)) for n in notes.values())
+    assert len(bodies) >= 8, "the jobs hardly ran"
+    overlaps = [(a, b) for a, b in itertools.pairwise(bodies) if b[0] < a[1]]
+    assert overlaps == [], "two bodies of a pool of one ran at once"
+    waited = [e for e in node.events() if e.get("event") == "run_waiting"]
+    assert waited, "no run ever waited for the pool"
+    assert {e["pool"] for e in waited} == {"remote"}

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.model import Claim, Due, Started, StartRequest
+from scheduler.model import Claim, Due, QueueRequest, Started, StartRequest
 from scheduler.policy import Pool
 from scheduler.states import Reason, RunStatus
 from scheduler.store import claims, concurrency, queries
@@ -147,3 +147,28 @@ def test_a_start_not_this_attempts_any_more_is_lost(database: Database) -> None:
     claim = _claim(database, "report-0", 0)
     stale = Claim(**{**claim.__dict__, "attempt": claim.attempt + 1})
     assert concurrency.start(database, [_request(stale)]) == [Started.LOST]
+
+
+def test_a_remote_run_is_queued_as_its_pool_admits_and_holds_its_slot_until_its_deadline(
+    database: Database,
+) -> None:
+    concurrency.declare(database, [Pool("remote", limit=1)])
+    pool = Pool("remote", limit=1)
+    sent = _claim(database, "remote-0", 0)
+    later = _claim(database, "remote-1", 1)
+    queues = {sent.id: QueueRequest(sent, "celery", deadline_s=30)}
+    assert concurrency.start(database, [_request(sent, pool=pool)], queues) == [Started.STARTED]
+    queued = _row(database, sent)
+    assert (queued["status"], queued["queue"], queued["pool"]) == ("queued", "celery", "remote")
+    # Queued, not yet taken by a worker: it holds the pool's one slot.
+    later_queues = {later.id: QueueRequest(later, "celery", deadline_s=30)}
+    assert concurrency.start(database, [_request(later, pool=pool)], later_queues) == [
+        Started.POOLED
+    ]
+    # Its message's deadline passed with no worker: the slot is free.
+    with database.transaction() as connection:
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        update(connection, "scheduler_runs", {"id": sent.id}, lease_expires_at=past)
+    assert concurrency.start(database, [_request(later, pool=pool)], later_queues) == [
+        Started.STARTED
+    ]

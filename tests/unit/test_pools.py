@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler import Pool, job
-from scheduler.celery import celery
 from scheduler.errors import JobDefinitionError
 from scheduler.policy import PoolDefinitionError, admitted, key_for
 from scheduler.registry import pools_of
@@ -96,10 +95,6 @@ def test_a_job_names_its_pool_and_key_or_is_refused_in_one_line() -> None:
         job(cron="* * * * *", name="x", pool=reports, concurrency_key="{tenant}")(lambda: None)
     with pytest.raises(JobDefinitionError, match="concurrency_key: is not a valid template"):
         job(cron=None, name="x", pool=reports, concurrency_key="{tenant")(lambda ctx: None)
-    with pytest.raises(JobDefinitionError, match="job 'x': pool: cannot be combined with a remote"):
-        job(cron="* * * * *", name="x", pool=reports, executor=celery(app="tests:app"))(
-            lambda: None
-        )
 
 
 def test_one_pool_has_one_definition_across_jobs() -> None:

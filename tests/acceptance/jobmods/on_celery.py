@@ -13,7 +13,7 @@ from pathlib import Path
 
 from celery import Celery
 
-from scheduler import RunContext, job
+from scheduler import Pool, RunContext, job
 from scheduler.celery import celery, install
 
 BROKER = os.environ.get("CELERY_TEST_BROKER", "redis://127.0.0.1:6379/15")
@@ -102,3 +102,38 @@ if os.environ.get("CELERY_TEST_SLOW"):
         """Longer than its period: the periods due while it runs are skipped."""
         time.sleep(float(os.environ["CELERY_TEST_SLOW"]))
         _evidence(ctx)
+
+
+if os.environ.get("CELERY_TEST_POOLED"):
+    # Two jobs due at the same instants in a pool of one, on workers that could run both
+    # at once: the pool lets one be queued at a time.
+    REMOTE_POOL = Pool("remote", limit=1)
+
+    def _pooled(ctx: RunContext) -> None:
+        with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
+            log.write(f"{ctx.period.isoformat()} {ctx.job} start@{time.time():.3f}\n")
+        time.sleep(1.0)
+        with Path(os.environ["EXECUTION_LOG"]).open("a") as log:
+            log.write(f"{ctx.period.isoformat()} {ctx.job} done@{time.time():.3f}\n")
+
+    @job(
+        cron="*/2 * * * * *",
+        name="remote_pool_a",
+        lease=LEASE,
+        overlap="allow",
+        pool=REMOTE_POOL,
+        executor=celery(app=app, queue=QUEUE, deadline=DEADLINE),
+    )
+    def remote_pool_a(ctx: RunContext) -> None:
+        _pooled(ctx)
+
+    @job(
+        cron="*/2 * * * * *",
+        name="remote_pool_b",
+        lease=LEASE,
+        overlap="allow",
+        pool=REMOTE_POOL,
+        executor=celery(app=app, queue=QUEUE, deadline=DEADLINE),
+    )
+    def remote_pool_b(ctx: RunContext) -> None:
+        _pooled(ctx)
