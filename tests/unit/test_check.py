@@ -264,3 +264,10 @@ def test_a_node_is_alive_while_it_beats_and_has_not_stopped() -> None:
     assert alive(node, NOW + timedelta(seconds=29))
     assert not alive(node, NOW + timedelta(seconds=31))
     assert not alive(replace(node, stopped_at=NOW), NOW)
+
+
+def test_a_period_waiting_for_its_pool_past_its_grace_is_overdue_and_says_so() -> None:
+    waiting = run(at(11), "claimed", reason="pool")
+    finding = overdue(HOURLY, at(11), waiting, None)
+    assert finding is not None
+    assert finding.detail.endswith("its run is waiting (pool)")
