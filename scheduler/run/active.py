@@ -54,8 +54,10 @@ class ActiveRun:
     # Its pool and concurrency key (a pooled job's): its start is gated by the pool.
     pool: str | None = None
     pool_key: str | None = None
-    # Held back by its pool's limits: waits on no thread (`run.pooled`).
+    # Held back by its pool's limits: waits on no thread (`run.pooled`). `held_back`: the
+    # starter's batch found it so, and `_hand` parks it.
     parked: bool = False
+    held_back: bool = False
     # Its `run_waiting` line is out (said once, however often it parks again).
     said_waiting: bool = False
     # This process's monotonic clock when the run was taken in here, after the write

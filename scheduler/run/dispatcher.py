@@ -226,8 +226,9 @@ class Dispatcher:
                 started = self._start_pooled_many(pooled)
                 results |= {a.claim.key: r for a, r in zip(pooled, started, strict=True)}
                 for active in pooled:
-                    if results[active.claim.key] is Started.POOLED:
-                        self._park(active)
+                    # Parked by `_hand`, once the starter is done with it: parked here,
+                    # the waiters could launch it again before the starter handed it on.
+                    active.held_back = results[active.claim.key] is Started.POOLED
             if away:
                 queued = self._writer.queue_many([self._queue_request(a) for a in away])
                 results |= {a.claim.key: r for a, r in zip(away, queued, strict=True)}
@@ -257,9 +258,10 @@ class Dispatcher:
         return remote.queue_request(active.claim, job_remote, in_turn=active.in_turn)
 
     def _hand(self, active: ActiveRun, started: bool) -> None:
-        with self._lock:
-            parked = active.parked and not started
-        if parked:  # it waits for its pool on no thread: the slot is free again
+        held_back = active.held_back and not started
+        active.held_back = False
+        if held_back:  # it waits for its pool on no thread: the slot is free again
+            self._park(active)
             self._starter.release()
             return
         try:
@@ -484,15 +486,19 @@ class Dispatcher:
         return concurrency.start(self._database, [_start_request(a) for a in pooled], queues)
 
     def _park(self, active: ActiveRun) -> None:
-        """Its pool is full: wait for a slot on no thread, saying so the first time."""
+        """Its pool is full: wait for a slot on no thread, saying so the first time. A
+        run lost or drained meanwhile is launched instead: the slow path gives it back."""
         with self._lock:
             if active.lost or self._stopping.is_set():
-                return  # the slow path gives it back
+                self._launch(active)
+                return
             first = not active.said_waiting
             active.parked = True
             active.said_waiting = True
             active.launched = False
-        self._pools.park(active)
+            # Under the dispatcher's lock: `lose` and `drain` find it parked and listed,
+            # or not parked at all.
+            self._pools.park(active)
         if first:
             active.context.log.info("run_waiting", pool=active.pool, pool_key=active.pool_key)
 
@@ -684,8 +690,9 @@ class Dispatcher:
             child = active.child
             running = active.phase in (Phase.RUNNING, Phase.LINGERING)
             parked = active.parked
-            active.parked = False
-        if parked and self._pools.unpark(active):
+            active.parked = False  # this call, not the waiters, launches it now
+        if parked:
+            self._pools.unpark(active)
             self._launch(active)  # the slow path gives it back
         if active.context.run_items is not None:
             active.context.run_items.lose()
