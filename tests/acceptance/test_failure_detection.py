@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,18 +94,32 @@ def test_a_crash_loop_loses_no_period(tmp_path: Path, postgres_url: str, every: 
         node.kill()
     ended = datetime.now(UTC)
     final = start_node(tmp_path, "final", postgres_url, "steady", ["--node-name", "looper"], **env)
+
+    def window() -> list[dict[str, Any]]:
+        # History starts when a node first registered the job: on a loaded machine the
+        # first incarnations may die before they get that far.
+        start = max(began, first_seen(postgres_url, "steady")) + timedelta(seconds=2)
+        rows = run_rows(postgres_url, "steady")
+        return [row for row in rows if start <= row["period"] <= ended]
+
+    def expected() -> int:
+        start = max(began, first_seen(postgres_url, "steady")) + timedelta(seconds=2)
+        return int((ended - start).total_seconds())
+
     try:
         final.wait_for(lambda event: event.get("event") == "node_started")
-        time.sleep(15)
+        # Left to run until every period of the window has run (at most 30 s).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = window()
+            if len(found) >= expected() and all(r["status"] == "succeeded" for r in found):
+                break
+            time.sleep(0.5)
     finally:
         assert final.stop() == 0
-    # History starts when a node first registered the job: on a loaded machine the
-    # first incarnations may die before they get that far.
-    start = max(began, first_seen(postgres_url, "steady")) + timedelta(seconds=2)
-    window = [row for row in run_rows(postgres_url, "steady") if start <= row["period"] <= ended]
-    expected = int((ended - start).total_seconds())
-    assert len(window) >= expected, "periods of the window have no row"
-    unrun = [(row["period"], row["status"]) for row in window if row["status"] != "succeeded"]
+    found = window()
+    assert len(found) >= expected(), "periods of the window have no row"
+    unrun = [(row["period"], row["status"]) for row in found if row["status"] != "succeeded"]
     assert unrun == [], f"periods of the window that never ran: {unrun}"
     given_up = [
         event
