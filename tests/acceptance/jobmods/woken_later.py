@@ -1,5 +1,5 @@
-"""A job whose first attempt fails and is retried an hour later; its 6 s lease makes a
-node that runs it beat every 2 s."""
+"""A job every 10 s whose first attempt fails and is retried an hour later; its 6 s
+lease makes a node that runs it beat every 2 s."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tests.acceptance.jobmods.evidence import note
 
 
 @job(
-    cron="*/30 * * * * *",
+    cron="*/10 * * * * *",
     name="retry-later",
     retries=1,
     retry_backoff="1h",

@@ -6,7 +6,7 @@ from scheduler import RunContext, job
 from tests.acceptance.jobmods.evidence import note
 
 
-@job(cron="*/30 * * * * *", name="retry-soon", retries=1, retry_backoff="1s", overlap="allow")
+@job(cron="*/10 * * * * *", name="retry-soon", retries=1, retry_backoff="1s", overlap="allow")
 def retry_soon(ctx: RunContext) -> None:
     note(ctx, "attempt")
     if ctx.attempt == 1:
