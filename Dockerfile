@@ -27,7 +27,9 @@ RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /src/dis
 
 # ---- runtime: the virtual environment, the job modules, a non-root user
 FROM python:3.13-slim AS runtime
+# The version is pyproject.toml's; tests/unit/test_version.py keeps this label equal to it.
 LABEL org.opencontainers.image.title="scheduler" \
+      org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.description="Runs each period of each cron job at most once across replicas." \
       org.opencontainers.image.licenses="MIT"
 RUN groupadd --system --gid 10001 scheduler \

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from scheduler.registry import Job, job
     from scheduler.run.context import Previous, RunContext
 
+    __version__: str
+
 __all__ = [
     "Calendar",
     "Event",
@@ -27,6 +29,7 @@ __all__ = [
     "Previous",
     "RunContext",
     "RunLostError",
+    "__version__",
     "job",
     "on_event",
 ]
@@ -45,6 +48,11 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # The one version is pyproject's, as the installed distribution carries it.
+        from scheduler.config import version  # noqa: PLC0415
+
+        return version()
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'scheduler' has no attribute {name!r}")

@@ -3,6 +3,7 @@ checked setting, with an error that names the option."""
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -87,14 +88,38 @@ def node_identity(name: str | None) -> NodeIdentity:
         name=name or f"{host}-{pid}-{token}",
         host=host,
         pid=pid,
-        version=_version(),
+        version=version(),
         process=identity.current(),
     )
 
 
-def _version() -> str:
-    """This distribution's version; importlib.metadata is loaded only by whoever asks (a
-    node, `--version`), not by every command."""
-    from importlib.metadata import version  # noqa: PLC0415
+@functools.cache
+def version() -> str:
+    """This distribution's version, pyproject.toml's as the installed metadata carries it
+    (the one place it is written); importlib.metadata is loaded only by whoever asks (a
+    node, `--version`, the console), not by every command."""
+    from importlib import metadata  # noqa: PLC0415
 
-    return version(DISTRIBUTION)
+    return metadata.version(DISTRIBUTION)
+
+
+# The unrelated project on PyPI named `scheduler` installs a top-level package of the
+# same name: beside this one, each overwrites the other's files.
+CONFLICTING_DISTRIBUTION = "scheduler"
+
+
+def conflicting_distribution() -> str | None:
+    """One line saying that the unrelated `scheduler` distribution is installed beside
+    this one, or None when it is not."""
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        other = metadata.version(CONFLICTING_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+    return (
+        f"the unrelated PyPI project {CONFLICTING_DISTRIBUTION!r} {other} is installed beside"
+        f" {DISTRIBUTION} {version()} and overwrites the same `scheduler` package: run"
+        f" `pip uninstall {CONFLICTING_DISTRIBUTION}` then"
+        f" `pip install --force-reinstall {DISTRIBUTION}=={version()}`"
+    )

@@ -149,7 +149,28 @@ class LazyGroup(Group):
             formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`scheduler, version X` (pyproject's, as installed), and on stderr one line more if
+    the unrelated `scheduler` distribution shares the package."""
+    if not value or ctx.resilient_parsing:
+        return
+    from scheduler.config import conflicting_distribution, version  # noqa: PLC0415
+
+    click.echo(f"scheduler, version {version()}")
+    conflict = conflicting_distribution()
+    if conflict:
+        click.echo(f"warning: {conflict}", err=True)
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name=DISTRIBUTION, prog_name="scheduler")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help=f"Show the version ({DISTRIBUTION}'s) and exit.",
+)
 def main() -> None:
     """Run cron jobs once per period across any number of replicas."""

@@ -17,6 +17,7 @@ from scheduler.config import (
     DEFAULT_DATABASE_URL,
     DEFAULT_GRACE,
     DEFAULT_JOBS,
+    conflicting_distribution,
     parse_jobs_option,
 )
 from scheduler.errors import UserError
@@ -126,6 +127,9 @@ def prepare(
     from scheduler.store.database import open_database  # noqa: PLC0415
 
     logs.configure(logs.LogFormat(log_format), log_level)
+    conflict = conflicting_distribution()
+    if conflict:
+        logs.get_logger().warning("distribution_conflict", message=conflict)
     jobs = load_job_modules(jobs_modules)
     database = open_database(
         database_url,
@@ -136,6 +140,9 @@ def prepare(
     # Job code sees the database this command uses, flag or variable (jobs/app.py reads it).
     os.environ["SCHEDULER_DATABASE_URL"] = database_url
     if migrate_first:
-        migrations.upgrade(database)
+        # Said as `scheduler migrate` says it: the revision found (None: no schema yet).
+        before = migrations.upgrade(database)
+        after = migrations.current_revision(database)
+        logs.get_logger().info("schema_migrated", before=before, after=after)
     migrations.require_current_schema(database)
     return database, jobs

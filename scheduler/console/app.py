@@ -12,6 +12,7 @@ from flask import Flask, Response, current_app, g, request
 from structlog.typing import FilteringBoundLogger
 
 from scheduler.admin import Admin
+from scheduler.config import DISTRIBUTION, version
 from scheduler.console import grid
 from scheduler.console.auth import Actor, Credentials, from_environment
 from scheduler.schedules import Schedules
@@ -86,6 +87,8 @@ def _page_context() -> dict[str, object]:
         "form_token": credentials.form_token(who) if who else "",
         "legend": grid.LEGEND,
         "database_url": console().admin.database.display_url,
+        "distribution": DISTRIBUTION,
+        "version": version(),
     }
 
 

@@ -1,5 +1,5 @@
 """`pip install 'cronclaim[celery]'` alone, in a clean virtual environment, is enough to
-run jobs on Celery with Redis, the documented broker: from the built wheel (no `dev`
+run jobs on Celery with Redis or RabbitMQ, the documented brokers: from the built wheel (no `dev`
 extra to bring what the `celery` extra forgets), a real node sends and a real worker
 runs, both from that environment, with the jobs module of the Celery tests copied
 beside them (nothing of this checkout on their path). And the image compose.celery.yaml
@@ -8,11 +8,10 @@ the Dockerfile, runs its demo with the commands of its services."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,8 @@ import yaml
 
 from scheduler.states import RunStatus
 from tests import dockerfile
-from tests.acceptance.celery_workers import REDIS_URL, Worker, unique_queue
+from tests.acceptance.celery_workers import RABBITMQ_URL, REDIS_URL, Worker, unique_queue
+from tests.acceptance.conftest import clean_env
 from tests.acceptance.processes import REPOSITORY
 from tests.acceptance.records import executions, run_rows
 from tests.acceptance.test_install import Image, _clean_environment, _replay
@@ -33,35 +33,18 @@ RUNS = 3
 def _clean_env(app: Path, **extra: str) -> dict[str, str]:
     """This machine's environment without a virtual environment, PYTHONPATH or SCHEDULER_*
     setting: only the app's folder on the path."""
-    drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in drop and not key.startswith("SCHEDULER_")
-    }
-    return {**env, "PYTHONPATH": str(app), **extra}
+    return clean_env(app, **extra)
 
 
 @pytest.fixture(scope="module")
-def celery_venv(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def celery_venv(installed_extra: Callable[[str], Path]) -> Path:
     """A virtual environment holding `cronclaim[celery]` from the wheel, and nothing else."""
-    venv = tmp_path_factory.mktemp("celery-extra") / "venv"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
-    installed = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", f"cronclaim[celery] @ {built_wheel.as_uri()}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_clean_env(venv),
-    )
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    return venv
+    return installed_extra("celery")
 
 
-def test_the_celery_extra_alone_sends_to_redis_and_runs_on_a_worker(
-    celery_venv: Path, tmp_path: Path, postgres_url: str
+@pytest.mark.parametrize("broker", [f"{REDIS_URL}/11", RABBITMQ_URL], ids=["redis", "rabbitmq"])
+def test_the_celery_extra_alone_sends_through_its_broker_and_runs_on_a_worker(
+    celery_venv: Path, tmp_path: Path, postgres_url: str, broker: str
 ) -> None:
     app = tmp_path / "app"
     app.mkdir()
@@ -71,7 +54,7 @@ def test_the_celery_extra_alone_sends_to_redis_and_runs_on_a_worker(
     env = _clean_env(
         app,
         SCHEDULER_DATABASE_URL=postgres_url,
-        CELERY_TEST_BROKER=f"{REDIS_URL}/11",
+        CELERY_TEST_BROKER=broker,
         CELERY_TEST_QUEUE=queue,
         EXECUTION_LOG=str(evidence),
     )
