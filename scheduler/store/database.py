@@ -478,13 +478,49 @@ def open_database(
     if not prove:
         return database
     try:
-        database.ping()
+        found = _server_version(database)  # proves the connection, as a ping would
     except StoreError as error:
         pool.dispose()
         raise UserError(
             f"--database-url: cannot connect to {database.display_url}: {error.message}"
         ) from None
+    refused = unsupported(url.is_postgres, found)
+    if refused:
+        pool.dispose()
+        raise UserError(f"--database-url: {refused}")
     return database
+
+
+# The oldest servers supported: PostgreSQL 13 (the oldest its project still maintains),
+# SQLite 3.35 (RETURNING, which the store's claims use).
+MINIMUM_POSTGRES = (13,)
+MINIMUM_SQLITE = (3, 35)
+
+
+def _server_version(database: Database) -> tuple[int, ...]:
+    """PostgreSQL's (major, minor), or SQLite's library version, read in one round trip."""
+    with database.autocommit() as connection:
+        if database.is_postgres:
+            number = int(
+                connection.execute("SELECT current_setting('server_version_num')").scalar()
+            )
+            return (number // 10000, number % 10000)
+        text = str(connection.execute("SELECT sqlite_version()").scalar())
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def unsupported(postgres: bool, version: tuple[int, ...]) -> str | None:
+    """One line if the database is older than the oldest supported; None otherwise (a
+    newer one than those tested is let through)."""
+    shown = ".".join(str(part) for part in version)
+    if postgres and version < MINIMUM_POSTGRES:
+        return f"PostgreSQL {shown} is not supported: the scheduler needs PostgreSQL 13 or later"
+    if not postgres and version < MINIMUM_SQLITE:
+        return (
+            f"SQLite {shown} is not supported: the scheduler needs SQLite 3.35 or later"
+            " (Python's sqlite3 module is built against it)"
+        )
+    return None
 
 
 def _close(raw: Any) -> None:
