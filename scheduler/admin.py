@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from scheduler import check as checking
+from scheduler import job_names
 from scheduler.config import DEFAULT_GRACE, node_identity, parse_instant, parse_option_duration
 from scheduler.cron import parse_schedule
 from scheduler.errors import UserError
@@ -165,6 +166,15 @@ class Admin:
         return stored_items.list_items(self.database, job, stuck_only=True, limit=limit)
 
     # -- changing the fleet -----------------------------------------------------------
+
+    def job_name(self, name: str) -> str:
+        """The registered job that `name` stands for: itself, or the one registered name
+        ending in `.name` (`send_reminders` for `myapp.jobs.send_reminders`); an unknown
+        name comes back as given, for the call that uses it to refuse."""
+        if name[:1] == "@" or job_rows.all_jobs(self.database, {name}):
+            return name
+        registered = [row.name for row in job_rows.all_jobs(self.database)]
+        return job_names.resolve(name, registered) or name
 
     def pause(self, job: str) -> None:
         """Pause the job on every node: its periods are recorded skipped (reason paused)."""
@@ -448,6 +458,7 @@ class Admin:
             node_identity(node_name),
             _span("--grace", grace),
             stop or threading.Event(),
+            register=False,  # a run by hand: the job stays as the fleet registered it
         )
 
     def _outcome(self, job: str, period: datetime) -> Outcome:

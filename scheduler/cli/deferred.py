@@ -33,7 +33,8 @@ def list_deferred(job_name: str | None, database_url: str, as_json: bool) -> Non
     """List each job's deferred periods: how many wait for an answer, how many were
     approved and wait for a node, the oldest and the newest."""
     with reading(database_url) as database:
-        found = Admin(database).deferred(job_name)
+        admin = Admin(database)
+        found = admin.deferred(job_name and admin.job_name(job_name))
     emit(as_json, [_record(row) for row in found], _text)
 
 
@@ -45,7 +46,9 @@ def run_deferred(job_name: str, oldest: int | None, database_url: str) -> None:
     """Catch up now: a node claims JOB's deferred periods, oldest first, outside its
     budget."""
     with reading(database_url) as database:
-        count = Admin(database).run_deferred(job_name, oldest=oldest)
+        admin = Admin(database)
+        job_name = admin.job_name(job_name)
+        count = admin.run_deferred(job_name, oldest=oldest)
     click.echo(f"job {job_name}: {count} deferred period(s) approved; a node runs them next")
 
 
@@ -56,7 +59,9 @@ def run_deferred(job_name: str, oldest: int | None, database_url: str) -> None:
 def skip_deferred(job_name: str, oldest: int | None, database_url: str) -> None:
     """Skip JOB's deferred periods: recorded skipped (reason budget), never run."""
     with reading(database_url) as database:
-        count = Admin(database).skip_deferred(job_name, oldest=oldest)
+        admin = Admin(database)
+        job_name = admin.job_name(job_name)
+        count = admin.skip_deferred(job_name, oldest=oldest)
     click.echo(f"job {job_name}: {count} deferred period(s) skipped")
 
 

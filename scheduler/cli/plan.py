@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from scheduler import job_names
 from scheduler.cli.options import jobs_option
 from scheduler.config import parse_period
 from scheduler.cron import Schedule, parse_schedule
@@ -92,10 +93,11 @@ def _planned_schedule(
         from scheduler.cli.options import load_job_modules  # noqa: PLC0415 - only for a JOB
 
         jobs = load_job_modules(jobs_modules)
-        if job_name not in jobs:
+        full = job_names.resolve(job_name, jobs)
+        if full is None:
             known = ", ".join(sorted(jobs)) or "none"
             raise UserError(f"job {job_name!r}: name: no such job in --jobs (known: {known})")
-        return jobs[job_name].timed, jobs[job_name]
+        return jobs[full].timed, jobs[full]
     if job_name is not None:
         raise UserError(f"plan: give JOB ({job_name!r}) or --cron, not both")
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from scheduler import views
+from scheduler import job_names, views
 from scheduler.admin import Admin
 from scheduler.alerting import environment as alerting_environment
 from scheduler.cli.options import (
@@ -76,10 +76,11 @@ def _foreground(node: NodeArgs, job_name: str) -> Foreground:
 
 
 def _pick(jobs: dict[str, Job], name: str) -> Job:
-    if name not in jobs:
+    full = job_names.resolve(name, jobs)
+    if full is None:
         known = ", ".join(sorted(jobs)) or "none"
         raise UserError(f"job {name!r}: name: no such job in --jobs (known: {known})")
-    return jobs[name]
+    return jobs[full]
 
 
 def _operator(node: NodeArgs, job_name: str) -> tuple[Admin, Job, threading.Event]:
@@ -200,6 +201,7 @@ def rerun(*, job_name: str, period: str, force: bool, node: NodeArgs) -> None:
 
 def _set_paused(job_name: str, database_url: str, *, paused: bool) -> None:
     with Admin(database_url) as admin:
+        job_name = admin.job_name(job_name)
         if paused:
             admin.pause(job_name)
         else:

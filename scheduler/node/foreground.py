@@ -54,8 +54,14 @@ class Foreground:
         stop: threading.Event,
         *,
         observers: Sequence[RunObserver] = (),
+        register: bool = True,
     ) -> None:
+        """`register`: write the job's definition as a node that runs it does (`run-once`,
+        a CronJob that is the job's only runner); False for a run by hand (`trigger`,
+        `rerun`, `backfill`), which must not make a job the fleet does not run look
+        like one of its jobs (watched by `check`, never retired)."""
         self.database, self.job, self.node = database, job, node
+        self._register = register
         self._grace, self._stop = grace, stop
         self._clock = Clock()
         self.log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(
@@ -86,7 +92,8 @@ class Foreground:
         return self._clock.now()
 
     def open(self) -> None:
-        if self.job.template is None:  # a schedule's: its template is its nodes' to register
+        # A schedule's job: its template is its nodes' to register.
+        if self._register and self.job.template is None:
             registration.register(self.database, {self.job.name: self.job})
         nodes.register(self.database, self.node, ONE_SHOT)
         self._heartbeat.start()
