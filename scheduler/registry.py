@@ -163,6 +163,13 @@ def job(
     across the fleet; `concurrency_key` (a template's may name its schedules' arguments,
     `"{tenant}"`) caps those of one key at the pool's `per_key`.
     """
+    if not isinstance(cron, str | None):
+        # `@job` without parentheses: Python hands the function itself in as `cron`.
+        bare: Any = cron
+        where = f"{getattr(bare, '__module__', '?')}.{getattr(bare, '__qualname__', bare)}"
+        raise JobDefinitionError(
+            where, "cron", '@job needs cron=…: write @job(cron="0 9 * * *") (cron=None: a template)'
+        )
 
     def register(func: Callable[..., Any]) -> Job:
         job_name = _check_name(

@@ -138,3 +138,17 @@ def test_a_catchup_budget_is_runs_per_duration_in_either_spelling() -> None:
     assert budget.runs == 10
     assert budget.pace == timedelta(minutes=6)
     assert job("* * * * *", name="free")(lambda: None).policy.catchup_budget is None
+
+
+def test_job_without_parentheses_is_refused_in_one_line() -> None:
+    def send_reminders(ctx: Any) -> None:
+        pass
+
+    with pytest.raises(JobDefinitionError) as raised:
+        job(send_reminders)  # type: ignore[arg-type] # what `@job` bare does
+    assert str(raised.value) == (
+        f"job '{__name__}.test_job_without_parentheses_is_refused_in_one_line.<locals>"
+        f'.send_reminders\': cron: @job needs cron=…: write @job(cron="0 9 * * *")'
+        " (cron=None: a template)"
+    )
+    assert raised.value.field == "cron"
