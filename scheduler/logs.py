@@ -60,7 +60,7 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
         if use_json
         else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
-    exceptions: Any = structlog.processors.format_exc_info if use_json else _identity
+    exceptions: Any = _exception_as_data if use_json else _identity
     failures = _failure_as_data if use_json else _failure_as_text
     # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
     handler = logging.StreamHandler(out)
@@ -239,11 +239,57 @@ def _identity(_logger: Any, _name: str, event: Any) -> Any:
 
 def _failure_as_data(_logger: Any, _name: str, event: Any) -> Any:
     """A job's failure (`failure=`) as the JSON `exception` field: the traceback as data,
-    each exception of the chain with its frames (structlog's dict traceback shape)."""
+    each exception of the chain with its frames (structlog's dict traceback shape). One
+    known only as text (from another process: a Celery worker's) is one exception of
+    that shape with no frames, the text beside them."""
     failure = event.pop("failure", None)
-    if failure is not None and (failure.trace or failure.traceback):
-        event["exception"] = list(failure.trace) or failure.traceback
+    if failure is not None and failure.trace:
+        event["exception"] = list(failure.trace)
+    elif failure is not None and failure.traceback:
+        event["exception"] = [
+            {
+                "exc_type": failure.type,
+                "exc_value": failure.message,
+                "is_cause": False,
+                "frames": [],
+                "traceback": failure.traceback.rstrip("\n"),
+            }
+        ]
     return event
+
+
+def _exception_as_data(_logger: Any, _name: str, event: Any) -> Any:
+    """`log.exception(...)` (our own crashes, a library's logged error) in JSON: the same
+    `exception` shape as a job's failure, so that a log pipeline maps the field once."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    elif isinstance(exc_info, BaseException):
+        exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+    if isinstance(exc_info, tuple) and exc_info[0] is not None:
+        event["exception"] = traceback_data(exc_info[1])
+    return event
+
+
+def traceback_data(error: BaseException) -> list[dict[str, Any]]:
+    """structlog's dict form of a traceback, each exception of the chain with its frames,
+    without the frames' local variables (which may hold secrets); the shape of a job
+    failure's `trace` (scheduler.run.failures)."""
+    from structlog.tracebacks import extract  # noqa: PLC0415 - see configure
+
+    extracted = extract(type(error), error, error.__traceback__, show_locals=False)
+    return [
+        {
+            "exc_type": stack.exc_type,
+            "exc_value": stack.exc_value,
+            "is_cause": stack.is_cause,
+            "frames": [
+                {"filename": frame.filename, "lineno": frame.lineno, "name": frame.name}
+                for frame in stack.frames
+            ],
+        }
+        for stack in extracted.stacks
+    ]
 
 
 def _failure_as_text(_logger: Any, _name: str, event: Any) -> Any:

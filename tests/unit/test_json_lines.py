@@ -170,7 +170,8 @@ def test_a_failure_or_a_traceback_still_goes_through_the_chain(lines: io.StringI
         log.exception("dispatch_crashed")
     log.info("stacked", stack_info=True)
     crashed, stacked = (json.loads(line) for line in lines.getvalue().splitlines()[1:])
-    assert "ValueError: boom" in str(crashed["exception"])
+    (raised,) = crashed["exception"]
+    assert (raised["exc_type"], raised["exc_value"]) == ("ValueError", "boom")
     assert "stack_info" not in stacked
     assert "test_json_lines.py" in stacked["stack"]
 

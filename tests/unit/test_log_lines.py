@@ -16,6 +16,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from scheduler import logs
+from scheduler.model import Failure
+from scheduler.run.failures import describe
 from tests.log_capture import configured
 
 
@@ -143,4 +145,45 @@ def test_a_failure_still_goes_through_the_whole_chain(lines: io.StringIO) -> Non
         logs.get_logger().exception("dispatch_crashed")
     event = json.loads(lines.getvalue())
     assert event["level"] == "error"
-    assert "ValueError: boom" in str(event["exception"])
+    (raised,) = event["exception"]
+    assert (raised["exc_type"], raised["exc_value"]) == ("ValueError", "boom")
+
+
+def test_exception_has_one_shape_on_every_event(lines: io.StringIO) -> None:
+    """`run_failed` (a job's failure), `dispatch_crashed` (our own crash, logged with
+    `.exception`) and a failure known only as text (a Celery worker's) log `exception`
+    alike: a list of {exc_type, exc_value, is_cause, frames}, so that a log pipeline
+    maps the field once."""
+
+    def inner() -> None:
+        raise KeyError("inner")
+
+    def fail() -> None:
+        try:
+            inner()
+        except KeyError as error:
+            raise ValueError("boom") from error
+
+    try:
+        fail()
+    except ValueError as error:
+        logs.get_logger().error("run_failed", failure=describe(error))
+        logs.get_logger().exception("dispatch_crashed")
+    remote = Failure("ValueError", "boom", "Traceback (most recent call last):\n  ...\n")
+    logs.get_logger().error("run_failed", failure=remote)
+    failed, crashed, told = (
+        json.loads(line)["exception"] for line in lines.getvalue().splitlines()
+    )
+    assert failed == crashed
+    assert [(item["exc_type"], item["exc_value"], item["is_cause"]) for item in failed] == [
+        ("ValueError", "boom", False),
+        ("KeyError", "'inner'", True),
+    ]
+    names = {frame["name"] for item in failed for frame in item["frames"]}
+    assert {"fail", "inner"} <= names
+    keys = {"exc_type", "exc_value", "is_cause", "frames"}
+    assert all(set(item) == keys for item in failed)
+    (text,) = told
+    assert set(text) == keys | {"traceback"}
+    assert text["frames"] == []
+    assert text["traceback"].startswith("Traceback")
