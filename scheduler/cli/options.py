@@ -81,7 +81,10 @@ def node_options(command: Command) -> Command:
         envvar="SCHEDULER_NODE_NAME",
         default=None,
         show_envvar=True,
-        help="Name of this node, unique per process by default [default: HOST-PID-RANDOM].",
+        help="Name of this node (a pod's, a unit's), kept across restarts. Its id, in the"
+        " logs and as a run's holder, is NAME-RANDOM, new with each process: a restarted"
+        " node must never be taken for the one that died, whose runs others take over"
+        " [default: HOST-PID-RANDOM].",
     )(command)
     return click.option(
         "--grace",

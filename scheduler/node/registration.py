@@ -6,8 +6,10 @@ set under its digest, by which a node selects its own jobs' requests and alert e
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from scheduler import calendars, logs
+from scheduler.instants import utc_text
 from scheduler.node.peers import jobs_digest
 from scheduler.registry import TEMPLATE_CRON, Job, pools_of
 from scheduler.store import concurrency, job_sets
@@ -20,12 +22,16 @@ def register(database: Database, jobs: Mapping[str, Job]) -> None:
     job_sets.record(database, jobs_digest(jobs.values()), list(jobs))
     concurrency.declare(database, pools_of(jobs.values()).values())
     log = logs.get_logger()
+    now = datetime.now(UTC)  # the host's clock: the line says when, it decides nothing
     for job in jobs.values():
+        upcoming = job.schedule.next_after(now) if job.schedule else None
         log.info(
             "job_registered",
             job=job.name,
             cron=job.schedule.expression if job.schedule else "template",
             timezone=job.schedule.timezone if job.schedule else "UTC",
+            # When it is next due (a template's runs come from its schedules: none).
+            next_period=utc_text(upcoming) if upcoming else None,
         )
 
 

@@ -1,0 +1,167 @@
+"""What a new user meets first (issue 45's rough edges), with real commands on SQLite:
+`run --migrate` says it created the schema and each job's next period; a job is named
+by its short name when that is unique; `@job` bare is refused in one line; and a job
+run by hand from a shell (`trigger`) is not left registered as one of the fleet's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.processes import REPOSITORY, SCHEDULER, Node, environment
+
+pytestmark = pytest.mark.slow
+
+MODULES = {
+    "tasks.py": """
+from scheduler import job
+
+
+@job(cron="* * * * * *")
+def send_reminders(ctx):
+    pass
+
+
+@job(cron="0 * * * *")
+def report(ctx):
+    pass
+""",
+    "other.py": """
+from scheduler import job
+
+
+@job(cron="0 3 * * *")
+def report(ctx):
+    pass
+
+
+@job(cron="0 4 * * *")
+def cleanup(ctx):
+    print("cleaned up", flush=True)
+""",
+    "bare.py": """
+from scheduler import job
+
+
+@job
+def nightly(ctx):
+    pass
+""",
+}
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    folder = tmp_path / "app"
+    folder.mkdir()
+    for name, text in MODULES.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _env(app: Path) -> dict[str, str]:
+    return environment(
+        PYTHONPATH=f"{app}:{REPOSITORY}", SCHEDULER_DATABASE_URL=f"sqlite:///{app / 'db.sqlite'}"
+    )
+
+
+def _command(app: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SCHEDULER, *args],
+        cwd=app,
+        env=_env(app),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def node(app: Path) -> Iterator[Node]:
+    """`scheduler run --migrate` on a database that does not exist yet, running `tasks`."""
+    log = app / "node.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [SCHEDULER, "run", "--migrate", "--jobs", "tasks", "--log-format", "json"],
+            cwd=app,
+            env=_env(app),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    started = Node("fleet", process, log)
+    started.wait_for(lambda event: event.get("event") == "node_started")
+    yield started
+    assert started.stop() == 0
+
+
+def test_run_migrate_says_what_it_did_and_when_each_job_is_next_due(node: Node) -> None:
+    events = node.events()
+    (migrated,) = [event for event in events if event["event"] == "schema_migrated"]
+    heads = sorted(path.name[:4] for path in (REPOSITORY / "migrations" / "versions").glob("0*.py"))
+    assert migrated["before"] is None, "there was no schema: it was created"
+    assert migrated["after"] == heads[-1]
+    registered = {event["job"]: event for event in events if event["event"] == "job_registered"}
+    assert set(registered) == {"tasks.send_reminders", "tasks.report"}
+    now = datetime.now(UTC)
+    soon = datetime.fromisoformat(registered["tasks.send_reminders"]["next_period"])
+    assert now - timedelta(seconds=30) < soon <= now + timedelta(seconds=1)
+    hourly = datetime.fromisoformat(registered["tasks.report"]["next_period"])
+    assert (hourly.minute, hourly.second) == (0, 0)
+    assert now < hourly <= now + timedelta(hours=1)
+
+
+def test_commands_take_a_jobs_short_name_when_it_is_unique(node: Node, app: Path) -> None:
+    short = _command(app, "plan", "send_reminders", "--jobs", "tasks", "--count", "2")
+    full = _command(app, "plan", "tasks.send_reminders", "--jobs", "tasks", "--count", "2")
+    assert short.returncode == 0, short.stderr
+    assert short.stdout == full.stdout
+    both = _command(app, "plan", "report", "--jobs", "tasks,other")
+    assert both.returncode == 2
+    assert both.stdout == ""
+    assert both.stderr == (
+        "error: job 'report': name: 2 jobs end so; give one's full name: other.report,"
+        " tasks.report\n"
+    )
+    # The database's commands resolve it among the jobs the fleet registered.
+    paused = _command(app, "pause", "send_reminders")
+    assert (paused.returncode, paused.stdout) == (0, "tasks.send_reminders: paused\n")
+    resumed = _command(app, "resume", "send_reminders")
+    assert (resumed.returncode, resumed.stdout) == (0, "tasks.send_reminders: resumed\n")
+    unknown = _command(app, "pause", "nothing")
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1
+    assert "job 'nothing': name: unknown to this database" in unknown.stderr
+
+
+def test_a_bare_job_decorator_is_refused_in_one_line(app: Path) -> None:
+    refused = _command(app, "plan", "nightly", "--jobs", "bare")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "error: job 'bare.nightly': cron: @job needs cron=…:"
+        ' write @job(cron="0 9 * * *") (cron=None: a template)\n'
+    )
+
+
+def test_a_job_triggered_from_a_shell_is_not_made_a_fleet_job(node: Node, app: Path) -> None:
+    triggered = _command(app, "trigger", "cleanup", "--jobs", "other", "--log-format", "json")
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+    assert "cleaned up" in triggered.stdout
+    runs = _command(app, "runs", "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert "other.cleanup" in {run["job"] for run in json.loads(runs.stdout)}
+    listed = _command(app, "jobs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {job["name"] for job in json.loads(listed.stdout)} == {
+        "tasks.send_reminders",
+        "tasks.report",
+    }
+    time.sleep(1)
+    checked = _command(app, "check")
+    assert "other.cleanup" not in checked.stdout + checked.stderr
