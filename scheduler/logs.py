@@ -58,9 +58,9 @@ def configure(log_format: LogFormat, level: str, stream: TextIO | None = None) -
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=json_line.encode)
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+        else Terminal(colors=out.isatty())
     )
-    exceptions: Any = _exception_as_data if use_json else _identity
+    exceptions: Any = _exception_as_data if use_json else structlog.processors.format_exc_info
     failures = _failure_as_data if use_json else _failure_as_text
     # Standard-library records (SQLAlchemy, Alembic, APScheduler) reach this handler.
     handler = logging.StreamHandler(out)
@@ -129,6 +129,67 @@ class _UtcStamp:
             cached = self._second = (second, text)
         micro = rest // 1000
         return f"{cached[1]}.{micro:06d}Z" if micro else f"{cached[1]}Z"
+
+
+# What a person scans a run's line for, after its time, level and event, in this order.
+_LEADING = ("job", "period", "run_id")
+RUN_ID_SHOWN = 8  # as git shows a commit: enough to tell a terminal's runs apart
+_LEVEL_COLOURS = {
+    "debug": "\x1b[2m",
+    "info": "\x1b[32m",
+    "warning": "\x1b[33m",
+    "error": "\x1b[31m",
+    "critical": "\x1b[1;31m",
+}
+_RESET = "\x1b[0m"
+
+
+class Terminal:
+    """A short line a person at a terminal scans: the time (UTC, to the millisecond), the
+    level, the event, then the run's job, period (`Z` for UTC) and the first characters
+    of its run id, then the other fields in the order they were given, the node's id
+    last (the full run id and the date are in the JSON lines). A traceback goes under
+    its line."""
+
+    def __init__(self, *, colors: bool) -> None:
+        self._colors = colors
+
+    def __call__(self, _logger: Any, _name: str, event: Any) -> str:
+        fields = dict(event)
+        stamp = f"{str(fields.pop('timestamp', ''))[11:23].rstrip('Z'):<12}"
+        level = str(fields.pop("level", "info"))
+        shown_level = f"{level:<7}"
+        if self._colors:
+            shown_level = f"{_LEVEL_COLOURS.get(level, '')}{shown_level}{_RESET}"
+        parts = [stamp, shown_level, f"{fields.pop('event', '')!s:<20}"]
+        logger = fields.pop("logger", None)
+        if logger:
+            parts.append(f"[{logger}]")
+        under = [str(text) for text in (fields.pop("exception", None), fields.pop("stack", None))]
+        for key in _LEADING:
+            value = fields.pop(key, None)
+            if value is not None:
+                parts.append(_leading(key, value))
+        node = fields.pop("node", None)  # the same on every line of a node: last
+        if node is not None:
+            fields["node"] = node
+        parts.extend(f"{key}={_shown(value)}" for key, value in fields.items())
+        line = " ".join(parts).rstrip()
+        return "\n".join([line, *(text.rstrip("\n") for text in under if text != "None")])
+
+
+def _leading(key: str, value: Any) -> str:
+    text = str(value)
+    if key == "run_id":
+        return text[:RUN_ID_SHOWN]
+    if key == "period":
+        return text.removesuffix("+00:00") + ("Z" if text.endswith("+00:00") else "")
+    return text
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return repr(text) if not text or any(char.isspace() for char in text) else text
 
 
 class _Plain:

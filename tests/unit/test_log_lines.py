@@ -187,3 +187,45 @@ def test_exception_has_one_shape_on_every_event(lines: io.StringIO) -> None:
     assert set(text) == keys | {"traceback"}
     assert text["frames"] == []
     assert text["traceback"].startswith("Traceback")
+
+
+def test_a_terminal_line_is_short_and_scannable() -> None:
+    """Time, level, event, then the run's job, period and short run id, then the rest in
+    the order given, the node last; a traceback under the line."""
+    render = logs.Terminal(colors=False)
+    line = render(
+        None,
+        "info",
+        {
+            "node": "vm-762-65aac3",
+            "job": "tasks.send_reminders",
+            "period": "2026-12-07T02:21:00+00:00",
+            "run_id": "0b78e8a7c0d1e2f3a4b5c6d7e8f90123",
+            "attempt": 1,
+            "why": "no session of its own",
+            "event": "run_succeeded",
+            "level": "info",
+            "timestamp": "2026-12-07T02:21:19.815123Z",
+        },
+    )
+    assert line == (
+        "02:21:19.815 info    run_succeeded        tasks.send_reminders 2026-12-07T02:21:00Z"
+        " 0b78e8a7 attempt=1 why='no session of its own' node=vm-762-65aac3"
+    )
+    failed = render(
+        None,
+        "error",
+        {
+            "event": "dispatch_crashed",
+            "level": "error",
+            "timestamp": "2026-12-07T02:21:19Z",
+            "exception": "Traceback (most recent call last):\n  ...\nValueError: boom\n",
+        },
+    )
+    assert failed.splitlines() == [
+        "02:21:19     error   dispatch_crashed",
+        "Traceback (most recent call last):",
+        "  ...",
+        "ValueError: boom",
+    ]
+    assert len(line) < 160
