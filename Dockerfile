@@ -48,6 +48,10 @@ ENV PATH="/opt/scheduler/bin:${PATH}" \
     SCHEDULER_DATABASE_URL=sqlite:////var/lib/scheduler/scheduler.db \
     SCHEDULER_LOG_FORMAT=json \
     SCHEDULER_HTTP=0.0.0.0:9464
+# The SQLite fallback's folder is a volume: its runs outlive the container (docker run
+# -v scheduler-data:/var/lib/scheduler), and an image built FROM this one that switches
+# to `USER root` to install more must switch back to `USER 10001:10001` after.
+VOLUME ["/var/lib/scheduler"]
 USER 10001:10001
 EXPOSE 9464
 # The daemon's own /healthz, on the port SCHEDULER_HTTP names (no curl in a slim image).

@@ -5,6 +5,7 @@ flag and SCHEDULER_* variable they use is parsed by the real click commands."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -164,6 +165,17 @@ def test_the_healthcheck_fetches_healthz_on_the_http_port() -> None:
     assert RUNTIME.last("EXPOSE").text.split() == [port]
     assert parse_duration(options["timeout"]) < parse_duration(options["interval"])
     compile(command[2], "HEALTHCHECK", "exec")
+
+
+def test_the_sqlite_default_lives_on_a_volume() -> None:
+    """The image's default database is SQLite under /var/lib/scheduler: that folder is a
+    volume, so a container's runs are not lost with it (and replicas are told to share
+    PostgreSQL instead)."""
+    url = IMAGE_ENV["SCHEDULER_DATABASE_URL"]
+    assert url.startswith("sqlite:////var/lib/scheduler/")
+    volumes = [json.loads(item.text) for item in RUNTIME.all("VOLUME")]
+    assert volumes == [["/var/lib/scheduler"]]
+    assert str(Path(url.removeprefix("sqlite:///")).parent) == volumes[0][0]
 
 
 def test_no_secret_is_baked_into_the_image() -> None:
