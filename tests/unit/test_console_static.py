@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from scheduler.console.app import CONTENT_SECURITY_POLICY
+from scheduler.console.grid import LEGEND, UPCOMING
 
 CONSOLE = Path(__file__).parents[2] / "scheduler" / "console"
 
@@ -37,3 +38,14 @@ def test_the_policy_allows_nothing_inline_or_foreign() -> None:
     assert "unsafe-eval" not in CONTENT_SECURITY_POLICY
     assert "default-src 'none'" in CONTENT_SECURITY_POLICY
     assert "frame-ancestors 'none'" in CONTENT_SECURITY_POLICY
+
+
+def test_every_status_has_a_mark_besides_its_colour() -> None:
+    """A reader who cannot tell the colours apart tells the cells apart by their marks:
+    succeeded plain, upcoming striped, every other status its own glyph."""
+    css = (CONSOLE / "static" / "console.css").read_text()
+    marks = dict(re.findall(r'\.c\.s-(\w+)::after \{ content: "([^"]+)";', css))
+    marked = {str(status) for status in LEGEND} - {"succeeded", str(UPCOMING)}
+    assert set(marks) == marked
+    assert len(set(marks.values())) == len(marks), "each mark is its own"
+    assert "repeating-linear-gradient" in css.split(".s-upcoming {", 1)[1].split("}", 1)[0]
