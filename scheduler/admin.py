@@ -19,6 +19,7 @@ given as the CLI takes them (`"2026-11-30T03:00:00Z"`, `"1d"`) or as `datetime` 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -490,6 +491,14 @@ class Admin:
     def _find(self, run: str, period: Instant | None) -> RunRow:
         if period is None:
             found = queries.run_by_id(self.database, run)
+            if found is None and RUN_ID_PREFIX.fullmatch(run):
+                # The first characters a terminal's log line shows.
+                matches = queries.runs_by_id_prefix(self.database, run)
+                if len(matches) > 1:
+                    raise UserError(
+                        f"run id {run!r}: more than one run's id begins so; give more of it"
+                    )
+                found = matches[0] if matches else None
             if found is None:
                 raise UserError(
                     f"no run with id {run!r} (give the run_id of a log line, or JOB PERIOD)"
@@ -511,6 +520,10 @@ class Admin:
                 "give one in full"
             )
         raise UserError(f"no run of job {run!r} for period {_iso(moment)}")
+
+
+# A run id's beginning, as a terminal's log line shows it (ids are 32 lowercase hex).
+RUN_ID_PREFIX = re.compile(r"[0-9a-f]{6,31}")
 
 
 def _names(value: str | Iterable[str]) -> Sequence[str]:

@@ -181,6 +181,18 @@ def run_by_id(database: Database, run_id: str) -> RunRow | None:
     return found[0] if found else None
 
 
+def runs_by_id_prefix(database: Database, prefix: str, limit: int = 2) -> list[RunRow]:
+    """Runs whose id begins with `prefix` (the first characters a terminal's log line
+    shows), at most `limit`. Ids are lowercase hex: the range after the prefix ends
+    before `g`, and the primary key's index serves it."""
+    return _runs(
+        database,
+        "id >= :low AND id < :high",
+        {"low": prefix, "high": f"{prefix}g"},
+        f"ORDER BY id LIMIT {int(limit)}",
+    )
+
+
 def runs_at(database: Database, periods: Mapping[str, datetime]) -> dict[str, RunRow]:
     """The run of each job at the period given for it, where one exists."""
     found: dict[str, RunRow] = {}

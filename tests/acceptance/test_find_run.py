@@ -39,7 +39,8 @@ def test_a_manual_run_is_found_by_its_logged_id_and_its_printed_period(
     job, period, status, origin = row.split()[:4]
     assert (job, status, origin) == ("hourly-ledger", "succeeded", "manual")
 
-    for args in ([run_id], [job, period]):
+    # The id in full (a JSON line), its first 8 characters (a terminal line), or job and period.
+    for args in ([run_id], [run_id[:8]], [job, period]):
         shown = run_command(["runs", "show", *args, "--database-url", database_url], tmp_path)
         assert shown.returncode == 0, shown.stderr
         assert f"run id:        {run_id}" in shown.stdout

@@ -165,3 +165,25 @@ def test_a_job_triggered_from_a_shell_is_not_made_a_fleet_job(node: Node, app: P
     time.sleep(1)
     checked = _command(app, "check")
     assert "other.cleanup" not in checked.stdout + checked.stderr
+
+
+def test_a_terminal_line_is_short_and_its_run_id_finds_the_run(node: Node, app: Path) -> None:
+    """`trigger` on a terminal's format: the run's line is short, and the 8 characters of
+    its run id that it shows are enough for `scheduler runs show`."""
+    triggered = _command(app, "trigger", "cleanup", "--jobs", "other", "--log-format", "console")
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+    (line,) = [text for text in triggered.stdout.splitlines() if " run_succeeded " in text]
+    fields = line.split()
+    assert fields[1:4] == ["info", "run_succeeded", "other.cleanup"]
+    assert fields[4].endswith("Z"), "the period, in UTC"
+    short = fields[5]
+    assert len(short) == 8
+    assert len(line) < 160, line
+    shown = _command(app, "runs", "show", short, "--json")
+    assert shown.returncode == 0, shown.stderr
+    record = json.loads(shown.stdout)["run"]
+    assert record["id"].startswith(short)
+    assert record["job"] == "other.cleanup"
+    unknown = _command(app, "runs", "show", "0000000")
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("error: no run with id '0000000'")
