@@ -69,10 +69,15 @@ def job(name: str) -> str:
     page = reading.read_job(console().admin, name)
     if page is None:
         abort(404, f"no job {name!r} in this database (a node registers a job when it starts)")
+    runs = reading.request_runs(console().admin.database, page.requests)
     return render_template(
         "job.html",
         view=page,
         fleet=page.fleet,
+        states={
+            row.id: reading.request_state(row, page.fleet, runs.get(row.run_id or ""))
+            for row in page.requests
+        },
         notice=NOTICES.get(request.args.get("notice", "")),
     )
 
@@ -110,7 +115,10 @@ def requests() -> str:
     admin = console().admin
     header = reading.fleet(admin)
     rows = admin.requests(limit=100)
-    states = {row.id: reading.request_state(row, header) for row in rows}
+    runs = reading.request_runs(admin.database, rows)
+    states = {
+        row.id: reading.request_state(row, header, runs.get(row.run_id or "")) for row in rows
+    }
     return render_template("requests.html", fleet=header, rows=rows, states=states)
 
 
@@ -122,8 +130,9 @@ def one_request(request_id: str) -> str:
     except UserError as error:
         abort(404, str(error))
     header = reading.fleet(admin)
+    run = reading.request_runs(admin.database, [row]).get(row.run_id or "")
     return render_template(
-        "request.html", fleet=header, row=row, state=reading.request_state(row, header)
+        "request.html", fleet=header, row=row, state=reading.request_state(row, header, run)
     )
 
 

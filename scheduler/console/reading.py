@@ -278,11 +278,31 @@ def read_nodes(admin: Admin, *, everything: bool) -> tuple[Fleet, list[NodeView]
     return header, views
 
 
-def request_state(request: RequestRow, header: Fleet) -> str:
+# A request's run, while it goes on after the request was carried out.
+_RUN_UNDER_WAY = {
+    "claimed": "claimed, not started yet",
+    "queued": "queued for a worker",
+    "running": "still running",
+}
+
+
+def _outcome_state(outcome: str, run: RunRow | None) -> str:
+    if run is None:
+        return outcome
+    return f"{outcome}; its run: {_RUN_UNDER_WAY.get(run.status, run.status)}"
+
+
+def request_runs(database: Database, requests: Collection[RequestRow]) -> dict[str, RunRow]:
+    """The runs the requests started, by run id, read at once."""
+    return queries.runs_by_ids(database, {row.run_id for row in requests if row.run_id})
+
+
+def request_state(request: RequestRow, header: Fleet, run: RunRow | None = None) -> str:
     """Where a request stands, in words for the page: what an on-call engineer needs to
-    know to wait, or to look and ask again."""
+    know to wait, or to look and ask again. A request carried out says how its run is
+    going (`done` while the run still goes would read as finished)."""
     if request.outcome is not None:
-        return request.outcome
+        return _outcome_state(request.outcome, run)
     if request.taken_by is not None:
         return _taken_state(request, request.taken_by, header)
     if request.tries:

@@ -181,6 +181,14 @@ def run_by_id(database: Database, run_id: str) -> RunRow | None:
     return found[0] if found else None
 
 
+def runs_by_ids(database: Database, ids: Collection[str]) -> dict[str, RunRow]:
+    """The runs of these ids (a page of requests' runs), by id."""
+    if not ids:
+        return {}
+    listed, parameters = in_list("id", sorted(ids))
+    return {row.id: row for row in _runs(database, f"id IN ({listed})", parameters)}
+
+
 def runs_by_id_prefix(database: Database, prefix: str, limit: int = 2) -> list[RunRow]:
     """Runs whose id begins with `prefix` (the first characters a terminal's log line
     shows), at most `limit`. Ids are lowercase hex: the range after the prefix ends

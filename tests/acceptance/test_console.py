@@ -246,6 +246,10 @@ def test_trigger_backfill_and_rerun_are_carried_out_once_by_a_running_node(
         )
         assert len(manual) == 1
         assert manual[0]["id"] in page.body
+        # `done` is the request's; the page says how its run goes (it may still run).
+        assert "done; its run: " in page.body
+        assert "done; its run: succeeded" in console.get(path).body
+        assert "done; its run: succeeded" in console.get("/requests").body
 
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         start, end = (
