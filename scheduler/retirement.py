@@ -2,19 +2,20 @@
 job keeps its history; `scheduler check` and the per-job metrics leave it out, and
 `scheduler jobs` shows it as retired.
 
-Every command that runs jobs registers them (writes `last_seen`) just before it writes
-its node row, so a node that runs a job started at most a moment after the job was
-last registered. A job is retired when
+Every command that runs jobs on schedule (`run`, `run-once`) registers them (writes
+`last_seen`) just before it writes its node row, so a node that runs a job started at
+most a moment after the job was last registered; a run by hand (`trigger`, `rerun`,
+`backfill`) registers nothing. A job is retired when
 
 1. a daemon node is alive (with every node down nothing is retired: `check` must
    still report what stopped running);
 2. no node that may still run it registered it: every node that is alive, or that went
    silent without stopping (lost) within the last day, started more than
    REGISTRATION_SLACK after the job's last registration; and
-3. when a one-shot command (`run-once` from a CronJob, `trigger`, `rerun`, `backfill`)
-   registered it last, two of its periods have fallen due since: a job that only a
-   CronJob runs registers at each of its periods, so one CronJob that stops starting
-   pods is still reported (overdue) for one period before its job counts as retired.
+3. when a one-shot command (`run-once` from a CronJob) registered it last, two of its
+   periods have fallen due since: a job that only a CronJob runs registers at each of
+   its periods, so one CronJob that stops starting pods is still reported (overdue)
+   for one period before its job counts as retired.
 
 A removed job of a long-running fleet is retired as soon as the last node that ran it
 stopped; one that comes back (a node starts with it again) is watched again at once.
