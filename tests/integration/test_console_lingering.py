@@ -44,6 +44,9 @@ def test_a_run_past_its_timeout_is_shown_on_its_page_and_on_its_node(database: D
     assert STILL_RUNNING in page
     assert "timed out after 30.0s and still running on node-a (" in page
     assert "later periods are skipped until it returns" in page
+    # Where its log lines are: the node's output, by this run's id.
+    assert "The scheduler stores no log lines" in page
+    assert f'select(.run_id == "{runs["lingering"]}")' in page
     for name in ("returned", "dead holder"):
         other = client.get(f"/runs/{runs[name]}")
         assert other.status_code == 200
