@@ -52,6 +52,11 @@ class GridRow:
     cells: list[CellView]
 
     @property
+    def last(self) -> CellView | None:
+        """Its newest period that is not still to come."""
+        return next((view for view in reversed(self.cells) if view.status != UPCOMING), None)
+
+    @property
     def strip(self) -> Markup:
         """The cells as markup, every attribute escaped here: a page of 100 jobs has 5,000
         cells, and escaping each value in the template took a third of its time."""
@@ -124,6 +129,35 @@ def grid_row(job: JobRow, cells: Sequence[Cell], now: datetime, *, ahead: int) -
     views = [cell(row) for row in cells]
     views += [CellView(UPCOMING, f"{utc(moment)} upcoming", None) for moment in coming[:ahead]]
     return GridRow(job, coming[0] if coming else None, views)
+
+
+# The overview's orders: by name, soonest next period first, or the worst newest
+# period first (what needs looking at on a page of hundreds of jobs).
+SORTS = ("name", "next", "last")
+_WORST_FIRST = (
+    RunStatus.FAILED,
+    RunStatus.TIMED_OUT,
+    RunStatus.ABANDONED,
+    RunStatus.MISSED,
+    RunStatus.DEFERRED,
+    RunStatus.SKIPPED,
+    RunStatus.RUNNING,
+    RunStatus.QUEUED,
+    RunStatus.CLAIMED,
+    RunStatus.SUCCEEDED,
+)
+
+
+def sort_key(sort: str, job: JobRow, newest: Cell | None, now: datetime) -> tuple[int | float, str]:
+    """Where `job` goes in the overview's `sort` order (its name breaks ties)."""
+    if sort == "next":
+        coming = upcoming(job, now, 1)
+        return (coming[0].timestamp() if coming else float("inf"), job.name)
+    if sort == "last":
+        statuses = [str(status) for status in _WORST_FIRST]
+        status = newest.status if newest is not None else ""
+        return (statuses.index(status) if status in statuses else len(statuses), job.name)
+    return (0, job.name)
 
 
 def matches(job: JobRow, cells: Sequence[Cell], name: str, statuses: Collection[str]) -> bool:

@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from scheduler.console import reading
 from scheduler.console.app import actor, console
-from scheduler.console.grid import FILTERS
+from scheduler.console.grid import FILTERS, SORTS
 from scheduler.errors import UserError
 
 blueprint = Blueprint("pages", __name__)
@@ -46,6 +46,8 @@ SCHEDULE_STATES: dict[str, bool | None] = {"": None, "active": False, "paused": 
 @blueprint.get("/")
 def overview() -> str:
     statuses = [status for status in request.args.getlist("status") if status in FILTERS]
+    sort = request.args.get("sort", "name")
+    sort = sort if sort in SORTS else "name"
     page = reading.read_overview(
         console().admin,
         name=request.args.get("q", "").strip(),
@@ -53,12 +55,15 @@ def overview() -> str:
         page=_number("page", 1, 1, 1_000_000),
         per=_number("per", PER_PAGE, 1, MAX_PER_PAGE),
         periods=_number("periods", PERIODS, 1, MAX_PERIODS),
+        sort=sort,
     )
     return render_template(
         "overview.html",
         view=page,
         fleet=page.fleet,
         statuses=statuses,
+        sort=sort,
+        sorts=SORTS,
         filters=FILTERS,
         query=_query(),
     )
@@ -242,7 +247,7 @@ def _number(name: str, default: int, low: int, high: int) -> int:
 
 def _query() -> dict[str, object]:
     """The overview's filters, to carry into its pager links."""
-    return {key: request.args.getlist(key) for key in ("q", "status", "per", "periods")}
+    return {key: request.args.getlist(key) for key in ("q", "status", "per", "periods", "sort")}
 
 
 def _local_path(target: str) -> str:

@@ -12,7 +12,15 @@ from zoneinfo import ZoneInfo
 from scheduler import calendars, retirement
 from scheduler.admin import Admin, RunDetail
 from scheduler.check import Finding, alive, is_lingering, lingering
-from scheduler.console.grid import Bar, GridRow, duration_bars, grid_row, matches, upcoming
+from scheduler.console.grid import (
+    Bar,
+    GridRow,
+    duration_bars,
+    grid_row,
+    matches,
+    sort_key,
+    upcoming,
+)
 from scheduler.durations import format_duration
 from scheduler.model import ONE_SHOT, JobRow
 from scheduler.schedules import Schedule, Schedules
@@ -150,10 +158,18 @@ def fleet(admin: Admin) -> Fleet:
 
 
 def read_overview(
-    admin: Admin, *, name: str, statuses: Collection[str], page: int, per: int, periods: int
+    admin: Admin,
+    *,
+    name: str,
+    statuses: Collection[str],
+    page: int,
+    per: int,
+    periods: int,
+    sort: str = "name",
 ) -> Overview:
     """One page of the grid: with a status filter every job's recent periods are read to
-    find the matching ones, without it only those of the page's jobs."""
+    find the matching ones, without it only those of the page's jobs; sorted by its
+    newest period's status, every job's newest period is read first."""
     database = admin.database
     header = fleet(admin)
     jobs = all_jobs(database)
@@ -161,6 +177,17 @@ def read_overview(
     if statuses:
         having = overview.jobs_with(database, [job.name for job in named], periods, statuses)
         named = [job for job in named if job.name in having or matches(job, [], "", statuses)]
+    if sort != "name":
+        newest = (
+            overview.recent_cells(database, [job.name for job in named], 1)
+            if sort == "last"
+            else {}
+        )
+        named.sort(
+            key=lambda job: sort_key(
+                sort, job, next(iter(newest.get(job.name, [])), None), header.now
+            )
+        )
     pages = max((len(named) + per - 1) // per, 1)
     page = min(max(page, 1), pages)
     shown = named[(page - 1) * per : page * per]
