@@ -44,7 +44,9 @@ LATE_WORK_SQL = "(other.origin = 'catchup' OR (other.origin = 'schedule' AND oth
 # first waits and only the next is skipped; and nothing else ever makes a period skip:
 # a claim not started (a stall's backlog), a start not yet known to have begun its body,
 # a body that began after the period fell due (a peer's leftover claimed late), a
-# function that returned, a holder in doubt.
+# function its own node knows has returned, a holder in doubt. (A peer cannot know that
+# a function returned until its outcome commits: in that window, milliseconds unless
+# the holder's write waits, its claim sees the body running and skips.)
 # Those periods wait their turn instead and run oldest first. `other` is the earlier
 # run's alias, `now` the database clock's SQL, `period` the new period's.
 

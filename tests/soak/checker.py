@@ -32,6 +32,8 @@ SKIP_SLACK_S = 0.25
 EARLY_SLACK_S = 0.05
 
 FINAL_FAULT_STATUSES = ("failed", "abandoned", "timed_out")
+# The holder's line for an outcome, said once its write committed.
+OUTCOME_LINES = ("run_succeeded", "run_failed")
 IN_HAND = ("claimed", "running", "queued")
 WINDOW_A = "a: non-cooperative body told to stop, went on (lease_lost, run_orphaned)"
 WINDOW_B = "b: outcome lost to a fault of its node"
@@ -419,13 +421,22 @@ def occupancy(history: History, body: Body) -> tuple[float, float]:
     table's `started_at`, when the run was marked running: a child process writes its
     first line only once its interpreter is up) or its first line, whichever came first,
     until it ended or its outcome was written, whichever came later (a run stays in hand
-    until its outcome is written)."""
+    until its outcome is written). Written means committed: the row's `finished_at` is
+    when the outcome's statement began, and the holder's outcome line (`run_succeeded`,
+    `run_failed`) is said once its commit came back; a peer's claim until then sees the
+    run in hand, its body running (a statement waiting on the loaded machine took 0.9 s
+    to commit in the soak of seed 727686450)."""
     record = _outcome_records(history).get(body.attempt_key)
     starts = [body.start]
     ends = [t for t in (body.end,) if t is not None]
     if record is not None:
         starts += [record.started_at] if record.started_at is not None else []
         ends += [record.finished_at] if record.finished_at is not None else []
+    ends += [
+        event.wall
+        for event in _attempt_events(history)[body.attempt_key]
+        if event.event in OUTCOME_LINES and event.node == body.node
+    ]
     return min(starts), max(ends) if ends else float("inf")
 
 

@@ -27,6 +27,10 @@ EVENTS = (
     "run_abandoned",
     "run_timed_out",
     "run_given_up",
+    # An outcome's line, said once its write committed: until then a peer sees the run
+    # in hand (rule 3's occupancy).
+    "run_succeeded",
+    "run_failed",
 )
 
 

@@ -469,3 +469,22 @@ def test_a_pools_members_past_its_limit_fail_unless_the_earlier_was_frozen() -> 
     # began in the freeze, as rule 4 allows.
     frozen = [fault(kinds.STOP, node_name(NODE_1), 1.9, 2.45)]
     assert check(history(members, together, runs, faults=frozen)).ok
+
+
+def test_a_run_occupies_its_job_until_its_holder_says_its_outcome_committed() -> None:
+    """The body ended at 0.4 and its outcome's statement began at 0.45, but its commit
+    came back at 1.3 (the holder's `run_succeeded` line): a peer's claim at 1.02 saw the
+    run in hand and skipped the next period, as the rule allows."""
+    job = spec("tenant", due=(0, 1))
+    lines = body(0, 0.05, 0.4, job="tenant", run_id="r0")
+    runs = [
+        row(0, job="tenant", run_id="r0", started=0.05, finished=0.45),
+        row(1, "skipped", job="tenant", reason="overlap", claimed=1.02, finished=1.02),
+    ]
+    without_line = history([job], lines, runs)
+    assert rules(check(without_line)) == ["3 unaccounted"]
+    committed = [
+        NodeEvent("run_succeeded", NODE_1, T0 + 1.3, "r0", 1),
+        NodeEvent("run_succeeded", NODE_2, T0 + 5.0, "r0", 1),  # another node's: not it
+    ]
+    assert check(history([job], lines, runs, events=committed)).ok
