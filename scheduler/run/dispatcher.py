@@ -689,11 +689,13 @@ class Dispatcher:
             active.lost = True
             child = active.child
             running = active.phase in (Phase.RUNNING, Phase.LINGERING)
-            parked = active.parked
-            active.parked = False  # this call, not the waiters, launches it now
-        if parked:
-            self._pools.unpark(active)
-            self._launch(active)  # the slow path gives it back
+            if active.parked:
+                # This call, not the waiters, launches it now, under the lock as every
+                # launch is (so that `drain` sees it launched or not): the slow path
+                # gives it back.
+                active.parked = False
+                self._pools.unpark(active)
+                self._launch(active)
         if active.context.run_items is not None:
             active.context.run_items.lose()
         active.context.cancelled.set()
