@@ -27,10 +27,11 @@ RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /src/dis
 
 # ---- runtime: the virtual environment, the job modules, a non-root user
 FROM python:3.13-slim AS runtime
-# The version is pyproject.toml's; tests/unit/test_version.py keeps this label equal to it.
+# The version is pyproject.toml's: tests/unit/test_distribution.py keeps this label equal
+# to it, and tests/unit/test_readme.py its description as exact as the README's.
 LABEL org.opencontainers.image.title="scheduler" \
       org.opencontainers.image.version="0.1.0" \
-      org.opencontainers.image.description="Runs each period of each cron job at most once across replicas." \
+      org.opencontainers.image.description="A cron daemon for Python replicas: each period's body runs to completion at most once; one whose node died mid-run runs again as its next attempt; effects through ctx.once happen exactly once." \
       org.opencontainers.image.licenses="MIT"
 RUN groupadd --system --gid 10001 scheduler \
     && useradd --system --uid 10001 --gid scheduler --home-dir /var/lib/scheduler \
@@ -54,8 +55,9 @@ ENV PATH="/opt/scheduler/bin:${PATH}" \
 VOLUME ["/var/lib/scheduler"]
 USER 10001:10001
 EXPOSE 9464
-# The daemon's own /healthz, on the port SCHEDULER_HTTP names (no curl in a slim image).
+# The daemon's own /healthz where it listens (its --http, else SCHEDULER_HTTP; healthy
+# with a line saying so when that is empty), no curl in a slim image: scheduler/healthcheck.py.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('SCHEDULER_HTTP', '127.0.0.1:9464').rpartition(':')[2]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
+    CMD ["python", "-m", "scheduler.healthcheck"]
 ENTRYPOINT ["scheduler"]
 CMD ["run"]

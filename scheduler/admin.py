@@ -44,6 +44,7 @@ from scheduler.store import items as stored_items
 from scheduler.store import jobs as job_rows
 from scheduler.store import migrate as migrations
 from scheduler.store import requests as asked
+from scheduler.store import schedules as schedules_stored
 from scheduler.store.concurrency import PoolState
 from scheduler.store.database import Database, open_database
 from scheduler.store.deferred import DeferredPeriods
@@ -145,7 +146,7 @@ class Admin:
             raise UserError(f"--limit: {limit} is not a positive number")
         return queries.list_runs(
             self.database,
-            jobs=_names(job),
+            jobs=[self.recorded_job(name) for name in _names(job)],
             statuses=statuses,
             since=self._since(since),
             limit=limit,
@@ -159,12 +160,14 @@ class Admin:
     def check(self, *, job: str | Iterable[str] = (), window: Span = "1d") -> checking.Report:
         """What `scheduler check` reports; `report.ok` is its exit status."""
         span = _span("--window", window)
-        return checking.gather(self.database, names=_names(job), window=span)
+        names = [self.job_name(name) for name in _names(job)]
+        return checking.gather(self.database, names=names, window=span)
 
     def stuck_items(self, job: str | None = None, *, limit: int = 100) -> list[ItemRow]:
         """Items claimed by an attempt that ended without finishing them, of every job or
         of one, most recently claimed first."""
-        return stored_items.list_items(self.database, job, stuck_only=True, limit=limit)
+        named = None if job is None else self.recorded_job(job)
+        return stored_items.list_items(self.database, named, stuck_only=True, limit=limit)
 
     # -- changing the fleet -----------------------------------------------------------
 
@@ -176,6 +179,32 @@ class Admin:
             return name
         registered = [row.name for row in job_rows.all_jobs(self.database)]
         return job_names.resolve(name, registered) or name
+
+    def recorded_job(self, name: str) -> str:
+        """The job whose history `name` stands for, for the calls that read it (`runs`,
+        `run(JOB, PERIOD)`, `stuck_items`, the items' and the CLI's `events` and `items`):
+        a registered job's full name; a schedule's `@key`; the full name of a job with
+        runs that no node registered (one run from a shell by `trigger`); else, as
+        `job_name` resolves it, the one registered name ending in `.name`. A name that is
+        none of these, or that several registered names end in, is refused in one line."""
+        key = schedules_stored.schedule_key(name)
+        if key is None and job_rows.all_jobs(self.database, {name}):
+            return name
+        if queries.has_runs(self.database, name):
+            return name
+        if key is not None:
+            with self.database.transaction() as connection:
+                if schedules_stored.read(connection, key) is None:
+                    raise UserError(f"schedule {key!r}: key: no such schedule, and no run of it")
+            return name
+        registered = [row.name for row in job_rows.all_jobs(self.database)]
+        full = job_names.resolve(name, registered)
+        if full is None:
+            raise UserError(
+                f"job {name!r}: name: unknown to this database (no job registered by this "
+                "name or ending so, and no run of it)"
+            )
+        return full
 
     def pause(self, job: str) -> None:
         """Pause the job on every node: its periods are recorded skipped (reason paused)."""
@@ -247,6 +276,12 @@ class Admin:
         )
 
     def _known(self, job: str) -> None:
+        key = schedules_stored.schedule_key(job)
+        if key is not None:
+            with self.database.transaction() as connection:
+                if schedules_stored.read(connection, key) is None:
+                    raise UserError(f"schedule {key!r}: key: no such schedule")
+            return
         if not job_rows.all_jobs(self.database, {job}):
             raise UserError(
                 f"job {job!r}: name: unknown to this database "
@@ -334,6 +369,7 @@ class Admin:
     def release_item(self, job: str, key: str) -> ItemRow:
         """Forget an item, so that the next run that reaches it handles it again; the
         item as it was. Refused while the attempt that claimed it still runs."""
+        job = self.recorded_job(job)
         row = self._settled(job, key)
         if not stored_items.release_item(self.database, job, key):
             raise UserError(f"job {job!r}: key {key!r}: changed meanwhile; look again")
@@ -342,6 +378,7 @@ class Admin:
     def mark_item_done(self, job: str, key: str) -> bool:
         """Record a stuck item as done, once its effect was checked; False if it was
         done already."""
+        job = self.recorded_job(job)
         row = self._settled(job, key)
         if row.state == ItemState.DONE:
             return False
@@ -505,6 +542,7 @@ class Admin:
                 )
             return found
         moment = _instant("PERIOD", period)
+        run = self.recorded_job(run)
         found = queries.run_at(self.database, run, moment)
         if found is not None or moment.microsecond:
             if found is None:

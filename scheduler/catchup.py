@@ -83,8 +83,10 @@ def plan(
         else:
             eligible.append(period)
     if policy.catchup is Catchup.ALL:
-        # A budget starts one at a time and defers the rest: no cap on a pass needed.
-        limit = policy.catchup_limit if policy.catchup_budget is None else len(eligible)
+        # A budget (the job's or the fleet's) starts one at a time and defers the rest:
+        # no cap on a pass needed, and a cap would start its share before the budget.
+        budgeted = policy.catchup_budget is not None or fleet is not None
+        limit = len(eligible) if budgeted else policy.catchup_limit
         result.run = eligible[:limit]
         if len(eligible) > limit:
             last = result.run[-1]
@@ -122,3 +124,12 @@ def _keep_budgets(
     if result.waiting:
         pace = max(budget.pace for budget, _ in budgets)
         result.next_start = max(now, next_start) if not result.run else now + pace
+
+
+def next_start(now: datetime, budgets: Sequence[tuple[CatchupBudget, Spent]]) -> datetime:
+    """When the next catch-up run may start under these budgets: each one's pace after
+    its last start (now if none started), the latest of them."""
+    return max(
+        (now if spent.last is None else spent.last + budget.pace for budget, spent in budgets),
+        default=now,
+    )

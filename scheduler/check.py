@@ -321,11 +321,15 @@ def failure_paused(
 
 
 def deferred(found: Sequence[DeferredPeriods], watched: Collection[str]) -> list[Finding]:
-    """A finding per job with periods its catch-up budget deferred: nothing runs them
-    until an operator answers (those approved and not yet claimed are counted too)."""
+    """A finding per job (or schedule created at run time) with periods its catch-up
+    budget deferred: nothing runs them until an operator answers (those approved and not
+    yet claimed are counted too; those waiting their pace are not: they run by
+    themselves)."""
     findings = []
     for row in found:
-        if row.job not in watched:
+        if row.job not in watched and stored_schedules.schedule_key(row.job) is None:
+            continue
+        if not row.waiting and not row.approved:
             continue
         detail = f"{row.waiting + row.approved} period(s) deferred by the catch-up budget"
         if row.approved:

@@ -24,6 +24,10 @@ DEFAULT_WORKERS = 32
 DEFAULT_RECOVERY_INTERVAL = "1s"
 DEFAULT_CATCHUP_INTERVAL = "1m"
 DEFAULT_SUMMARY_INTERVAL = "1m"
+# How far past its own due time the main loop may be before /healthz answers 503: more
+# than a turn can take with the database down (each call gives up within 15 s, a
+# connection within 5 s) or slow.
+DEFAULT_HEALTHZ_GRACE = "60s"
 
 
 def parse_jobs_option(raw: str) -> tuple[str, ...]:
@@ -69,7 +73,15 @@ def parse_instant(option: str, raw: str) -> datetime:
 
 
 def node_identity(name: str | None) -> NodeIdentity:
-    """A node id unique even when two containers share a hostname and pid 1."""
+    """This process's node: `name` (`--node-name`) as given, kept across restarts, and an
+    id new with each process, `NAME-RANDOM` (or `HOST-PID-RANDOM` without a name).
+
+    The id is what the nodes table, each log line's `node` and a run's holder carry.
+    It must never be an earlier process's: a node that restarts under the same name
+    while its peers are about to take over the dead process's runs would otherwise be
+    taken for it, and could write through the dead one's fences. Two containers may
+    also share a hostname and both be pid 1.
+    """
     # Here, not with the module: `--help` and `plan` read this module's defaults and
     # should not pay for the model's records (a third of `--help`'s time).
     import secrets  # noqa: PLC0415

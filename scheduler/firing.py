@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler import catchup
-from scheduler.policy import Catchup, Policy
+from scheduler.model import Spent
+from scheduler.policy import Catchup, CatchupBudget, Policy
 from scheduler.states import Origin, Reason
 from scheduler.triggers import Trigger, TriggerKind
 
@@ -48,14 +49,28 @@ class State:
     owed: tuple[Owed, ...] = ()
 
 
+@dataclass(frozen=True)
+class Spending:
+    """What the catch-up budgets over a schedule have spent, read when a pass has late
+    periods to run: its own (None: its job has none), the fleet's (with the budget), and
+    whether some of its periods already wait their pace (the oldest start first)."""
+
+    own: Spent | None = None
+    fleet: tuple[CatchupBudget, Spent] | None = None
+    waiting: bool = False
+
+
 @dataclass
 class Firing:
     """What one pass does: periods to claim (with their origin), periods recorded
-    skipped (with the reason) or missed, and the state after."""
+    skipped (with the reason) or missed, those within a catch-up budget that wait its
+    pace (`paced`) and those past it (`deferred`), and the state after."""
 
     run: list[tuple[datetime, Origin]] = field(default_factory=list)
     skip: list[tuple[datetime, Reason]] = field(default_factory=list)
     missed: list[datetime] = field(default_factory=list)
+    paced: list[datetime] = field(default_factory=list)
+    deferred: list[datetime] = field(default_factory=list)
     state: State | None = None
 
 
@@ -92,12 +107,16 @@ def fire(
     now: datetime,
     policy: Policy,
     limit: int = PERIODS_PER_PASS,
+    *,
     delay: Callable[[datetime], timedelta] = lambda _: _NO_DELAY,
+    spending: Callable[[], Spending] | None = None,
 ) -> Firing:
     """The periods due by `now`, oldest first, up to `limit`, sorted by what happens to
     each; and the state after them. `delay`: each period's jitter, the same on every
     node; a period is due once its delay after it has passed, and periods fire in
-    order (one not yet due holds back the later ones)."""
+    order (one not yet due holds back the later ones). `spending`: given when a
+    catch-up budget holds (the job's or the fleet's), read only if late periods are to
+    run."""
     periods: list[datetime] = []
     owed = list(state.owed)
     cursor = state.next_due
@@ -119,7 +138,7 @@ def fire(
             assert cursor is not None
             periods.append(cursor)
             cursor = state.trigger.next_after(cursor)
-    result = _sorted(periods, now, policy, delay)
+    result = _sorted(periods, now, policy, delay, spending)
     result.state = State(state.trigger, cursor, tuple(owed))
     return result
 
@@ -133,23 +152,44 @@ def _sorted(
     now: datetime,
     policy: Policy,
     delay: Callable[[datetime], timedelta],
+    spending: Callable[[], Spending] | None = None,
 ) -> Firing:
     result = Firing()
     late = [period for period in periods if now - period - delay(period) > LATE_AFTER]
     on_time = [period for period in periods if now - period - delay(period) <= LATE_AFTER]
     if late:
-        # A catch-up budget keeps periods waiting behind a job's watermark; a schedule
-        # has none yet, so its late periods are planned as without one.
-        plan = catchup.plan(late, now, replace(policy, catchup_budget=None))
+        plan = _late_plan(late, now, policy, spending)
+        result.paced, result.deferred = plan.waiting, plan.deferred
         result.run += [(period, Origin.CATCHUP) for period in plan.run]
         result.skip += plan.skip
         result.missed += plan.missed
         handled = set(plan.run) | {period for period, _ in plan.skip} | set(plan.missed)
+        handled |= set(plan.waiting) | set(plan.deferred)
         # The cap on catch-up runs a pass (`catchup_limit`): the rest are recorded
         # skipped rather than left, so a pass always moves the schedule on.
         result.skip += [(period, Reason.CATCHUP) for period in late if period not in handled]
     result.run += [(period, Origin.SCHEDULE) for period in on_time]
     return result
+
+
+def _late_plan(
+    late: list[datetime],
+    now: datetime,
+    policy: Policy,
+    spending: Callable[[], Spending] | None,
+) -> catchup.Plan:
+    """The catch-up policy over a schedule's late periods. Under a budget, those it
+    starts now run, those within it wait their pace (written `deferred (paced)`: a
+    schedule has no watermark to keep them behind, and its cursor moves on so that its
+    live periods stay live), and those past it are deferred for an operator."""
+    if spending is None or policy.catchup is not Catchup.ALL:
+        return catchup.plan(late, now, replace(policy, catchup_budget=None))
+    spent = spending()
+    plan = catchup.plan(late, now, policy, spent=spent.own, fleet=spent.fleet)
+    if spent.waiting:
+        # Its periods already waiting start first: these join the queue behind them.
+        plan.waiting, plan.run = plan.run + plan.waiting, []
+    return plan
 
 
 def policy_with(

@@ -2,8 +2,10 @@
 and the web console on every other path when its extra is installed.
 
 A small threaded server on a daemon thread; off unless asked for. The three endpoints
-never write: /readyz asks the database `SELECT 1`, checks the schema and the age of
-the node's last heartbeat; /metrics renders `scheduler.metrics.REGISTRY`. The console
+never write: /healthz reads when the node's main loop was due to take its next turn
+(`scheduler.node.turns`) and fails only when the loop is past that and a grace; /readyz
+asks the database `SELECT 1`, checks the schema and the age of the node's last
+heartbeat; /metrics renders `scheduler.metrics.REGISTRY`. The console
 (`scheduler.console`, a WSGI application) is called for the other paths; it is also
 what `scheduler console` serves, with no node (and so no heartbeat) behind it.
 """
@@ -12,12 +14,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any, Protocol, cast
@@ -30,10 +30,13 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler import console, metrics
 from scheduler.errors import UserError
+from scheduler.http_address import HttpAddress, parse_address
 from scheduler.model import SILENT_BEATS
 from scheduler.store import migrate, queries
 from scheduler.store.database import Database
 from scheduler.store.faults import StoreError, first_line
+
+__all__ = ["HttpAddress", "OperationsServer", "Readiness", "accepts_gzip", "bind", "parse_address"]
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
@@ -42,26 +45,6 @@ if TYPE_CHECKING:
 GZIP_FROM_BYTES = 1024
 # Fast: a 10,000-job scrape compresses in a fraction of its render time.
 GZIP_LEVEL = 1
-_ADDRESS = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
-
-
-@dataclass(frozen=True)
-class HttpAddress:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-def parse_address(raw: str) -> HttpAddress:
-    """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (every interface); port 0 picks a free one."""
-    match = _ADDRESS.match(raw.strip())
-    port = int(match["port"]) if match else -1
-    if not match or port > 65535:
-        raise UserError(f"--http: expected HOST:PORT such as 127.0.0.1:9464, got {raw!r}")
-    return HttpAddress(match["v6"] or match["host"] or "0.0.0.0", port)  # noqa: S104 - asked for
 
 
 class Heartbeat(Protocol):
@@ -72,6 +55,12 @@ class Heartbeat(Protocol):
 
     @property
     def interval(self) -> float: ...
+
+
+class MainLoop(Protocol):
+    """The node's main loop as /healthz sees it (`scheduler.node.turns.LoopTurns`)."""
+
+    def stalled(self) -> str | None: ...
 
 
 class Readiness:
@@ -126,6 +115,7 @@ class Readiness:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     readiness: Readiness | None = None
+    main_loop: MainLoop | None = None
     console: WSGIApplication | None = None
 
 
@@ -157,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, *, with_body: bool) -> None:
         path = urlsplit(self.path).path
         if path == "/healthz":
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8", with_body)
+            self._health(with_body)
         elif path == "/readyz":
             self._ready(with_body)
         elif path == "/metrics":
@@ -206,6 +196,17 @@ class _Handler(BaseHTTPRequestHandler):
             if name not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
                 environ[name] = f"{environ[name]},{value}" if name in environ else value
         return environ
+
+    def _health(self, with_body: bool) -> None:
+        """Alive unless the main loop is past its own due time and the grace; no
+        database call and no log line (a wedged node may be wedged in writing one)."""
+        main_loop = self.server.main_loop
+        stalled = main_loop.stalled() if main_loop is not None else None
+        if stalled is None:
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8", with_body)
+        else:
+            body = f"{stalled}\n".encode()
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, body, "text/plain; charset=utf-8", with_body)
 
     def _ready(self, with_body: bool) -> None:
         readiness = self.server.readiness
@@ -263,9 +264,13 @@ class OperationsServer:
         host, port = self._server.server_address[:2]
         return HttpAddress(str(host), int(port))
 
-    def start(self, database: Database, heartbeat: Heartbeat | None) -> None:
-        """Serve; `heartbeat` is the node's (None for `scheduler console`, which has none)."""
+    def start(
+        self, database: Database, heartbeat: Heartbeat | None, main_loop: MainLoop | None = None
+    ) -> None:
+        """Serve; `heartbeat` and `main_loop` are the node's (None for `scheduler
+        console`, which has no node)."""
         self._server.readiness = Readiness(database, heartbeat)
+        self._server.main_loop = main_loop
         self._server.console = console.load(database)
         metrics.watch(database)
         self._thread.start()

@@ -11,7 +11,8 @@ once something goes wrong cannot be alerted on with `rate` or `> 0` before it do
 The series stay bounded at fleet size: a few per job. The two histograms have no `job`
 label unless `per_job_histograms(True)` (`scheduler run --metrics-per-job`), which
 adds 34 series per job. The runs of schedules created at run time (`@<key>`, a million
-of them perhaps) share one label value, `@schedules`: never a series per schedule.
+of them perhaps) share one label value, `@schedules`, in the counters, and count under
+their template job in `scheduler_deferred_periods`: never a series per schedule.
 """
 
 from __future__ import annotations
@@ -243,10 +244,7 @@ class Readings:
             stuck=collections.Counter(row.job for row in stuck_items),
             running=queries.count_by_job(database, ACTIVE_STATUSES),
             alert_events=stored_events.count_by_state(database),
-            deferred={
-                row.job: row.waiting + row.approved
-                for row in deferred_rows.deferred_periods(database)
-            },
+            deferred=deferred_rows.deferred_by_code_job(database),
             pools=concurrency.states(database),
         )
 
@@ -293,7 +291,7 @@ class Readings:
             _per_job(
                 "scheduler_deferred_periods",
                 "Periods deferred by the job's catch-up budget that no node has run yet "
-                "(`scheduler deferred list`).",
+                "(`scheduler deferred list`); a schedule's counted under its job.",
                 watched,
                 self.deferred,
             ),

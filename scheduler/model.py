@@ -75,6 +75,12 @@ class NodeIdentity:
     # Evidence naming this very process (`scheduler.identity`); None where none exists.
     process: str | None = None
 
+    @property
+    def given_name(self) -> str | None:
+        """The name `--node-name` gave (the id is it plus a random suffix); None when the
+        node took the default, whose name is its id."""
+        return None if self.name == self.id else self.name
+
 
 @dataclass(frozen=True)
 class Due:

@@ -448,6 +448,7 @@ class Schedules:
                 version=row.version + 1,
             )
             _write(conn, new, row.version)
+            rows.settle_deferred(conn, key)
             return True
 
     # -- reading ------------------------------------------------------------------

@@ -42,6 +42,9 @@ class Reason(StrEnum):
     BUDGET = "budget"
     # A deferred period an operator chose to run: the next catch-up pass claims it.
     APPROVED = "approved"
+    # Late, within its catch-up budget, it waits its turn at the budget's pace (a
+    # schedule created at run time): the catch-up loop claims it then.
+    PACED = "paced"
     # Claimed, it waits for a slot of its pool (`@job(pool=...)`): `waiting (pool)`.
     POOL = "pool"
 

@@ -1,11 +1,11 @@
 """Jobs for the docs' screenshot of the console (scripts/console-screenshot): a small
-fleet whose grid shows every colour within a minute of running."""
+fleet whose grid shows every colour within a minute of running, and a pool."""
 
 from __future__ import annotations
 
 import time
 
-from scheduler import RunContext, job
+from scheduler import Pool, RunContext, job
 
 
 @job(cron="* * * * * *", name="inventory.sync")
@@ -38,3 +38,18 @@ def digest() -> None:
 @job(cron="*/5 * * * * *", name="cleanup.sessions")
 def cleanup() -> None:
     """Paused by the screenshot script: its periods are skipped (reason paused)."""
+
+
+# Three exports due together share a pool of two: the third waits its turn (about as
+# long as a body), so the overview's pools table shows runs running and waiting.
+EXPORTS = Pool("exports", limit=2)
+
+
+def _export() -> None:
+    time.sleep(1.2)
+
+
+for _name in ("exports.invoices", "exports.ledger", "exports.payroll"):
+    globals()[_name.replace(".", "_")] = job(
+        cron="*/2 * * * * *", name=_name, pool=EXPORTS, overlap="allow"
+    )(_export)

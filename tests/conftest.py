@@ -11,6 +11,7 @@ import pytest
 
 from scheduler.store import migrate
 from scheduler.store.database import Database, open_database
+from tests.acceptance.processes import kill_leftovers
 from tests.databases import postgres_database
 from tests.postgres_cluster import Cluster, throwaway_cluster
 
@@ -104,3 +105,12 @@ def cluster() -> Iterator[Cluster]:
     """A PostgreSQL server of the test's own, migrated, to restart, stop or freeze."""
     with throwaway_cluster() as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _no_node_outlives_its_test() -> Iterator[None]:
+    """A test that failed before it stopped its `scheduler` processes would leave them
+    running for the rest of the session (loading every later test, and the soak):
+    they are killed as the test ends."""
+    yield
+    kill_leftovers()

@@ -47,14 +47,15 @@ def _binaries() -> Path:
 
 
 class Cluster:
-    """One server: `start`, `stop(mode)`, `restart`, `freeze`/`thaw`, `terminate_all`."""
+    """One server: `start`, `stop(mode)`, `restart`, `freeze`/`thaw`, `terminate_all`.
+    `binaries`: the folder of another server's programs (another major version)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, binaries: Path | None = None) -> None:
         self.folder = folder
         self.data = folder / "data"
         self.port = _free_port()
         self.log = folder / "server.log"
-        self._bin = _binaries()
+        self._bin = binaries or _binaries()
         self._as_postgres = os.geteuid() == 0
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"
         self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -92,6 +93,9 @@ class Cluster:
             "max_connections = 200",
             "shared_buffers = 32MB",
             "log_min_messages = warning",
+            # When each transaction committed (pg_xact_commit_timestamp): what a test
+            # compares with what another statement's snapshot could see.
+            "track_commit_timestamp = on",
         ]
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n".join(settings) + "\n")
@@ -160,11 +164,11 @@ class Cluster:
 
 
 @contextmanager
-def throwaway_cluster() -> Iterator[Cluster]:
+def throwaway_cluster(binaries: Path | None = None) -> Iterator[Cluster]:
     """A new server with the scheduler's schema in database `scheduler`; removed after."""
     folder = Path(tempfile.mkdtemp(prefix="scheduler-pg-"))
     folder.chmod(0o755)
-    cluster = Cluster(folder)
+    cluster = Cluster(folder, binaries)
     try:
         cluster.create()
         yield cluster

@@ -31,7 +31,8 @@ def deferred() -> None:
 @json_option
 def list_deferred(job_name: str | None, database_url: str, as_json: bool) -> None:
     """List each job's deferred periods: how many wait for an answer, how many were
-    approved and wait for a node, the oldest and the newest."""
+    approved and wait for a node, how many wait for their budget's pace (a schedule
+    created at run time's: they run by themselves), the oldest and the newest."""
     with reading(database_url) as database:
         admin = Admin(database)
         found = admin.deferred(job_name and admin.job_name(job_name))
@@ -70,6 +71,7 @@ def _record(row: DeferredPeriods) -> dict[str, Any]:
         "job": row.job,
         "waiting": row.waiting,
         "approved": row.approved,
+        "paced": row.paced,
         "first": views.iso(row.first),
         "last": views.iso(row.last),
     }
@@ -79,12 +81,13 @@ def _text(records: list[dict[str, Any]]) -> str:
     if not records:
         return "no deferred periods"
     return table(
-        ["JOB", "WAITING", "APPROVED", "OLDEST", "NEWEST"],
+        ["JOB", "WAITING", "APPROVED", "PACED", "OLDEST", "NEWEST"],
         [
             [
                 record["job"],
                 str(record["waiting"]),
                 str(record["approved"]),
+                str(record["paced"]),
                 views.short_time(record["first"]),
                 views.short_time(record["last"]),
             ]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import click
 
+from scheduler.admin import Admin
 from scheduler.cli.event_records import event_record, events_table
 from scheduler.cli.options import database_option
-from scheduler.cli.views import emit, json_option, reading
+from scheduler.cli.views import emit, json_option
 from scheduler.config import parse_period
 from scheduler.states import Delivery
 from scheduler.store import deliveries as stored_events
@@ -39,10 +40,10 @@ def list_events(
     stuck_item), newest first, of JOB or of every job, with where each delivery stands:
     pending, delivered, failed (tries ran out) or unrouted (no hook listens)."""
     at = parse_period(period)
-    with reading(database_url) as database:
+    with Admin(database_url) as admin:
         rows = stored_events.recent(
-            database,
-            job=job,
+            admin.database,
+            job=job and admin.recorded_job(job),
             period=at,
             state=Delivery(state) if state else None,
             limit=limit,

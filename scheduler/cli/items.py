@@ -110,8 +110,9 @@ def list_items(
             "items: name the job (`scheduler items billing`), or list every job's stuck "
             "items with `scheduler items --stuck`"
         )
-    with reading(database_url) as database:
-        rows = stored_items.list_items(database, job, stuck_only=stuck, limit=limit)
+    with Admin(database_url) as admin:
+        named = job and admin.recorded_job(job)
+        rows = stored_items.list_items(admin.database, named, stuck_only=stuck, limit=limit)
     emit(as_json, [item_record(row) for row in rows], items_table)
 
 
@@ -121,9 +122,10 @@ def list_items(
 @database_option
 def release_item(job: str, key: str, database_url: str) -> None:
     """Forget KEY of JOB, so that the next run that reaches it handles it again."""
-    with reading(database_url) as database:
-        row = Admin(database).release_item(job, key)
-    click.echo(f"released {key!r} of job {job!r} (it was {'stuck' if row.stuck else row.state})")
+    with Admin(database_url) as admin:
+        row = admin.release_item(job, key)
+    state = "stuck" if row.stuck else row.state
+    click.echo(f"released {key!r} of job {row.job!r} (it was {state})")
 
 
 @list_items.command(name="done")
@@ -132,8 +134,9 @@ def release_item(job: str, key: str, database_url: str) -> None:
 @database_option
 def mark_item_done(job: str, key: str, database_url: str) -> None:
     """Record a stuck KEY of JOB as done, once you have checked that its effect happened."""
-    with reading(database_url) as database:
-        marked = Admin(database).mark_item_done(job, key)
+    with Admin(database_url) as admin:
+        job = admin.recorded_job(job)
+        marked = admin.mark_item_done(job, key)
     if not marked:
         click.echo(f"{key!r} of job {job!r} is already done")
         return

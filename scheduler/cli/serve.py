@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 
 import click
 
@@ -21,6 +22,7 @@ from scheduler.cli.options import (
 from scheduler.cli.signals import install_signal_handlers
 from scheduler.config import (
     DEFAULT_CATCHUP_INTERVAL,
+    DEFAULT_HEALTHZ_GRACE,
     DEFAULT_RECOVERY_INTERVAL,
     DEFAULT_SUMMARY_INTERVAL,
     DEFAULT_WORKERS,
@@ -93,6 +95,15 @@ from scheduler.store.database import open_database
     "on HOST:PORT, e.g. 127.0.0.1:9464 [default: off].",
 )
 @click.option(
+    "--healthz-grace",
+    envvar="SCHEDULER_HEALTHZ_GRACE",
+    default=DEFAULT_HEALTHZ_GRACE,
+    show_default=True,
+    show_envvar=True,
+    help="How far past its own next wake-up the main loop may be before /healthz "
+    "answers 503 (a wedged loop; an idle one sleeping until its next period is fine).",
+)
+@click.option(
     "--metrics-per-job/--no-metrics-per-job",
     envvar="SCHEDULER_METRICS_PER_JOB",
     default=False,
@@ -141,6 +152,7 @@ def run(
     catchup_budget: str | None,
     migrate_first: bool,
     http: str | None,
+    healthz_grace: str,
     metrics_per_job: bool,
     retention: str | None,
     summary_interval: str,
@@ -158,6 +170,7 @@ def run(
         liveness=LivenessMode(liveness),
         summary_interval=parse_option_duration("--summary-interval", summary_interval) or None,
         catchup_budget=_fleet_budget(catchup_budget),
+        healthz_grace=_healthz_grace(healthz_grace),
     )
     node = node_identity(node_name)
     observers = alerting_environment.configure(os.environ)
@@ -174,7 +187,7 @@ def run(
     daemon = Daemon(database, jobs, node, settings, observers=observers)
     install_signal_handlers(daemon.request_stop)
     if server is not None:
-        server.start(database, daemon.heartbeat)
+        server.start(database, daemon.heartbeat, daemon.turns)
     abandoned = daemon.run()
     if abandoned:
         # Threads of abandoned jobs cannot be joined; their runs are already recorded.
@@ -226,6 +239,14 @@ def migrate(
     after = migrations.current_revision(database)
     logs.get_logger().info("schema_migrated", before=before, after=after)
     database.dispose()
+
+
+def _healthz_grace(raw: str) -> timedelta:
+    """`--healthz-grace`: a positive duration."""
+    grace = parse_option_duration("--healthz-grace", raw)
+    if grace <= timedelta(0):
+        raise UserError(f"--healthz-grace: must be longer than 0s, got {raw!r}")
+    return grace
 
 
 def _fleet_budget(raw: str | None) -> CatchupBudget | None:

@@ -26,6 +26,7 @@ from scheduler.console.app import actor, console
 from scheduler.console.auth import Actor, Via
 from scheduler.errors import UserError
 from scheduler.schedules import ScheduleNotFoundError
+from scheduler.store.schedules import schedule_key
 
 blueprint = Blueprint("actions", __name__, url_prefix="/actions")
 Act = Callable[[Admin, str, str], BaseResponse]
@@ -53,7 +54,7 @@ def resume() -> BaseResponse:
 def run_deferred() -> BaseResponse:
     def act(admin: Admin, job: str, _who: str) -> BaseResponse:
         admin.run_deferred(job)
-        return _job_page(job, "deferred-run")
+        return _deferred_page(job, "deferred-run")
 
     return _act("run_deferred", act)
 
@@ -62,7 +63,7 @@ def run_deferred() -> BaseResponse:
 def skip_deferred() -> BaseResponse:
     def act(admin: Admin, job: str, _who: str) -> BaseResponse:
         admin.skip_deferred(job)
-        return _job_page(job, "deferred-skipped")
+        return _deferred_page(job, "deferred-skipped")
 
     return _act("skip_deferred", act)
 
@@ -222,6 +223,13 @@ def _flag(name: str) -> bool:
 
 def _job_page(job: str, notice: str) -> BaseResponse:
     return redirect(url("pages.job", name=job, notice=notice), 303)
+
+
+def _deferred_page(job: str, notice: str) -> BaseResponse:
+    """Back to the page the deferred periods were answered from: a job's, or a schedule
+    created at run time's (its runs' job is `@KEY`)."""
+    key = schedule_key(job)
+    return _job_page(job, notice) if key is None else _schedule_page(key, notice)
 
 
 def _schedule_page(key: str, notice: str) -> BaseResponse:

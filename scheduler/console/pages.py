@@ -33,6 +33,8 @@ NOTICES = {
     "and never run.",
 }
 SCHEDULE_NOTICES = {
+    "deferred-run": NOTICES["deferred-run"],
+    "deferred-skipped": NOTICES["deferred-skipped"],
     "paused": "Paused: its periods while paused are never run; those owed before still are, "
     "once resumed.",
     "resumed": "Resumed: it fires from now on; periods that passed while it was paused are "

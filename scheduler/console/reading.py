@@ -138,6 +138,8 @@ class SchedulePage:
     runs: list[RunRow]
     # At most this many are read: the page says where to find the older ones.
     history: int = SCHEDULE_HISTORY
+    # Its periods deferred by its job's catch-up budget, if any wait.
+    deferred: DeferredPeriods | None = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,7 @@ def read_schedule(admin: Admin, schedules: Schedules, key: str) -> SchedulePage 
         catchup=_catchup_text(found),
         jitter=format_duration(found.jitter) if found.jitter is not None else "the job's",
         runs=runs,
+        deferred=next(iter(deferred_rows.deferred_periods(admin.database, found.run_job)), None),
     )
 
 

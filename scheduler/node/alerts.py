@@ -15,6 +15,10 @@ hook may then hear of an event twice, which is why every event carries its key.
 A node reads only its own jobs' events (a join on its job set), and gives those of jobs
 nobody has run for a day the terminal state `unrouted`, so that retention prunes them.
 
+The node that takes a `paused` event's first try (a job or schedule the scheduler paused
+after its failure streak) logs `job_paused_by_failures`, hooks or not: one line a pause,
+written here so that the run path stays as it is.
+
 It also records stuck items as events (the same question `check` asks): when the
 heartbeat reads that an item is stuck and no event says so yet, or once a minute when
 polling; the key makes that once per item however many nodes ask.
@@ -31,14 +35,16 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler import calendars, hooks, metrics
 from scheduler.hooks import Hook
+from scheduler.model import Event
 from scheduler.node.hook_calls import HookCall, Lingering
 from scheduler.node.peers import jobs_digest
 from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
-from scheduler.states import Delivery
+from scheduler.states import Delivery, EventKind
 from scheduler.store import deliveries as store
 from scheduler.store import events as born
 from scheduler.store import items as stored_items
+from scheduler.store import schedules as stored_schedules
 from scheduler.store.database import Database
 from scheduler.store.deliveries import EventRow
 from scheduler.store.faults import StoreError
@@ -235,6 +241,8 @@ class Alerts(SideThread):
         hold = sum(timeout_of(hook) for _, hook in waiting) + 30.0
         if not store.take(self._database, row, self._node_id, hold):
             return  # another node has this try
+        if row.tries == 0 and event.kind is EventKind.PAUSED:
+            self._log_paused(event, job)
         if not routes:
             store.settle(
                 self._database,
@@ -258,6 +266,20 @@ class Alerts(SideThread):
             self._linger(open_try)
             return
         self._settle(open_try, late=False)
+
+    def _log_paused(self, event: Event, job: Job) -> None:
+        """Log that the scheduler paused a job (or a schedule) after its failure streak:
+        once per event, by the node that took its first try (a compare-and-set: one
+        node), whether or not a hook hears of it."""
+        key = stored_schedules.schedule_key(event.job)
+        where = {"job": event.job} if key is None else {"job": job.template, "schedule": key}
+        self._log.warning(
+            "job_paused_by_failures",
+            **where,
+            period=event.period.isoformat(),
+            streak=event.streak,
+            reason=event.detail,
+        )
 
     def _linger(self, open_try: Lingering) -> None:
         """Some calls passed their timeout and still run: record the try so far and keep

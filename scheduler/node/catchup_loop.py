@@ -136,9 +136,11 @@ class CatchUp:
         self._log = log
         # Each job's watermark as last read, and the first period after it.
         self._first_past_watermark: dict[str, tuple[datetime, datetime | None]] = {}
-        # Whether to look for deferred periods an operator chose to run: at the first
-        # pass, when told (a notification), and each pass while polling.
-        self.look_for_approved = True
+        # Whether to look for deferred periods an operator chose to run, or that wait
+        # their budget's pace: at the first pass, when told (a notification, or this
+        # node's schedule loop), while some of this node's wait, and each pass while
+        # polling. A pass with nothing to look for costs no statement.
+        self.look_for_deferred = True
         # When the next catch-up run within a budget may start (its pace), if one waits.
         self.next_start: datetime | None = None
 
@@ -159,9 +161,11 @@ class CatchUp:
         # over 10,000 idle jobs costs no statement.
         self.next_start = None
         approved_left = False
-        if self.look_for_approved:
-            self.look_for_approved = False
+        if self.look_for_deferred:
+            self.look_for_deferred = False
             approved_left = self._claim_approved()
+            # Periods of this node's schedules still wait their pace: look again then.
+            self.look_for_deferred |= self._claim_paced()
         return self._scan_pass(now) or approved_left
 
     def _scan_pass(self, now: datetime) -> bool:
@@ -231,7 +235,60 @@ class CatchUp:
                 self._submit(claim)
             left |= full or len(periods) > deferred.CLAIMS_PER_PASS
         if left:
-            self.look_for_approved = True
+            self.look_for_deferred = True
+        return left
+
+    def _claim_paced(self) -> bool:
+        """Claim, for each schedule with periods waiting their budget's pace, the oldest
+        if its pace has come (under its lock and the fleet's, from what the transaction
+        reads); note when the next may start. True if some of this node's still wait."""
+        left = False
+        for name in deferred.paced(self._database):
+            job = self._jobs.get(name)
+            if job is None:
+                continue  # not this node's job (or its schedule is gone): another node's
+
+            def next_start(
+                connection: Connection,
+                now: datetime,
+                job: Job = job,
+                budget: CatchupBudget | None = job.policy.catchup_budget,
+                fleet_budget: CatchupBudget | None = self._fleet_budget,
+            ) -> datetime:
+                budgets: list[tuple[CatchupBudget, Spent]] = []
+                if budget is not None:
+                    per = budget.per.total_seconds()
+                    lookback = per + job.policy.catchup_window.total_seconds()
+                    spent = deferred.spent_on(self._database, connection, job.name, per, lookback)
+                    budgets.append((budget, spent))
+                if fleet_budget is not None:
+                    per = fleet_budget.per.total_seconds()
+                    spent = deferred.fleet_spent_on(self._database, connection, per)
+                    budgets.append((fleet_budget, spent))
+                return catchup.next_start(now, budgets)
+
+            won, next_start_at = deferred.claim_paced(
+                self._database,
+                name,
+                holder=self._node_id,
+                lease_seconds=job.policy.lease.total_seconds(),
+                window=job.policy.catchup_window,
+                fleet=self._fleet_budget is not None,
+                next_start=next_start,
+            )
+            if won is not None:
+                metrics.record_claims(1, [won], [])
+                self._log.info(
+                    "catchup_claimed",
+                    job=name,
+                    count=1,
+                    first=won.period.isoformat(),
+                    last=won.period.isoformat(),
+                )
+                self._submit(won)
+            if next_start_at is not None:
+                self.next_start = min(self.next_start or next_start_at, next_start_at)
+                left = True
         return left
 
     def _quiet(self, job: Job, horizon: datetime) -> bool:
@@ -428,9 +485,10 @@ class CatchUpLoop(SideThread):
         if wakeups is not None:
             wakeups.catch_up = self
 
-    def approvals_heard(self) -> None:
-        """An operator chose to run deferred periods: look for them now."""
-        self._catch_up.look_for_approved = True
+    def deferred_heard(self) -> None:
+        """An operator chose to run deferred periods, or a schedule's pass wrote some to
+        wait their pace: look for them now."""
+        self._catch_up.look_for_deferred = True
         self.wake_in(0.0)
 
     def live_from(self, since: datetime) -> None:
@@ -439,13 +497,13 @@ class CatchUpLoop(SideThread):
 
     def step(self) -> float:
         if self._wakeups is None or not self._wakeups.listening:
-            self._catch_up.look_for_approved = True  # no notification would say so
+            self._catch_up.look_for_deferred = True  # no notification would say so
         try:
             now = self._clock.now()
             more = self._catch_up.run_pass(now)
         except StoreError as error:
             self._log.warning("catchup_failed", error=error.message)
-            self._catch_up.look_for_approved = True
+            self._catch_up.look_for_deferred = True
             return self._interval
         if more:
             return 0.0

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from scheduler.instants import SYSTEM_TIME, TimeSource
 from scheduler.model import ClockReading
 
 SKEW_WARNING = timedelta(seconds=1)
@@ -31,10 +31,12 @@ DRIFT = 1e-3
 
 
 class Clock:
-    def __init__(self) -> None:
+    def __init__(self, time_source: TimeSource = SYSTEM_TIME) -> None:
+        """`time_source`: this host's clocks (a virtual one under `scheduler.testing`)."""
         self._lock = threading.Lock()
-        self._anchor = datetime.now(UTC)
-        self._anchor_mono = time.monotonic()
+        self._time = time_source
+        self._anchor = time_source.wall()
+        self._anchor_mono = time_source.monotonic()
         # How far the anchor may be off, in seconds: the host's clock, until a reading.
         self._error = math.inf
         self._offset = timedelta(0)
@@ -43,7 +45,7 @@ class Clock:
         """The database clock now: the reading in force plus the time elapsed since it."""
         with self._lock:
             anchor, anchor_mono = self._anchor, self._anchor_mono
-        return anchor + timedelta(seconds=time.monotonic() - anchor_mono)
+        return anchor + timedelta(seconds=self._time.monotonic() - anchor_mono)
 
     @property
     def offset(self) -> timedelta:
@@ -64,6 +66,6 @@ class Clock:
             apart = abs((reading.moment - predicted).total_seconds())
             if half <= error or apart > half + error:
                 self._anchor, self._anchor_mono, self._error = reading.moment, midpoint, half
-            host = datetime.now(UTC) - timedelta(seconds=time.monotonic() - self._anchor_mono)
+            host = self._time.wall() - timedelta(seconds=self._time.monotonic() - self._anchor_mono)
             self._offset = self._anchor - host
             return self._offset

@@ -39,6 +39,8 @@ from scheduler.node.pruner import Pruner
 from scheduler.node.recovery import CONFIRM_S, Recovery
 from scheduler.node.requests import Requests
 from scheduler.node.schedule_loop import ScheduleLoop
+from scheduler.node.turns import DEFAULT_GRACE as DEFAULT_HEALTHZ_GRACE
+from scheduler.node.turns import LoopTurns
 from scheduler.node.upcoming import Upcoming
 from scheduler.node.wakeups import Mode as WakeupMode
 from scheduler.node.wakeups import Wakeups
@@ -100,6 +102,8 @@ class DaemonSettings:
     summary_interval: timedelta | None = DEFAULT_SUMMARY_INTERVAL
     # At most this many catch-up runs of all jobs per window (`--catchup-budget`).
     catchup_budget: CatchupBudget | None = None
+    # How far past its due time the main loop may be before /healthz says it is stuck.
+    healthz_grace: timedelta = DEFAULT_HEALTHZ_GRACE
 
 
 def pool_size(workers: int) -> int:
@@ -132,7 +136,7 @@ class Daemon:
         self._settings = settings
         self._liveness: Liveness | None = None
         self._stop = StopSignal()
-        self._clock = Clock()
+        self._clock = Clock(database.time_source)
         self._retrying = False
         self._early_said = -EARLY_WARNING_S
         # The live loop claims every period after this instant; earlier ones are
@@ -141,6 +145,8 @@ class Daemon:
         self._live_since = self._clock.now()
         self._log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(node=node.id)
         self._summary = Summary(settings.summary_interval, self._log)
+        # When the loop's next turn is due, for /healthz (which reads it, no database).
+        self.turns = LoopTurns(settings.healthz_grace)
         # The jobs by the name their runs carry: these, and the schedules over them.
         table = JobTable(jobs, database)
         self.dispatcher = Dispatcher(
@@ -194,7 +200,7 @@ class Daemon:
         self._catch_up = CatchUpLoop(
             catch_up=CatchUp(
                 bulk,
-                jobs,
+                table,
                 node.id,
                 self.dispatcher.submit,
                 self._log,
@@ -216,6 +222,8 @@ class Daemon:
             stop=self._stop,
             log=self._log,
             wakeups=self._wakeups,
+            fleet_budget=settings.catchup_budget,
+            paced=self._catch_up.deferred_heard,
         )
         self._pruner = (
             Pruner(database=bulk, retention=settings.retention, stop=self._stop, log=self._log)
@@ -261,6 +269,7 @@ class Daemon:
         self.heartbeat.find_peers()
         self._log.info(
             "node_started",
+            given_name=self._node.given_name,
             host=self._node.host,
             pid=self._node.pid,
             version=self._node.version,
@@ -277,6 +286,7 @@ class Daemon:
         try:
             self._loop()
         finally:
+            self.turns.stopping()
             abandoned = self._shutdown()
         return abandoned
 
@@ -375,7 +385,9 @@ class Daemon:
                 waits.append((at - self._clock.now()).total_seconds() - ahead)
             if handed:
                 waits.append(handed[0][0] - time.monotonic())
-            self._stop.wait(max(0.0, min(waits)) if waits else None)
+            pause = max(0.0, min(waits)) if waits else None
+            self.turns.waiting(pause)
+            self._stop.wait(pause)
 
     def _prepare(
         self, upcoming: Upcoming, now: datetime, prepared: dict[datetime, Instant]
@@ -402,6 +414,7 @@ class Daemon:
                 self._log.debug(
                     "instant_prepared",
                     at=at.isoformat(),
+                    ahead_s=round((at - now).total_seconds(), 3),
                     periods=len(instant.mine) + len(instant.theirs),
                     here=len(instant.mine),
                 )
@@ -439,13 +452,18 @@ class Daemon:
         # compete with, and so delay, the claiming of the rest when thousands are due at
         # once. Chunks committed before a fault are dispatched all the same.
         committed: list[ClaimResult] = []
+
+        def chunk_committed(result: ClaimResult) -> None:
+            committed.append(result)
+            self.turns.moved()  # a large claim is a long turn, not a stuck one
+
         due, slots = self._set_workers_aside(due)
         try:
             result = claims.claim(
                 self._database,
                 due,
                 self._node.id,
-                committed=committed.append,
+                committed=chunk_committed,
                 adopt=retried,
                 returned=self.dispatcher.returned(),
             )

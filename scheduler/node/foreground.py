@@ -63,7 +63,7 @@ class Foreground:
         self.database, self.job, self.node = database, job, node
         self._register = register
         self._grace, self._stop = grace, stop
-        self._clock = Clock()
+        self._clock = Clock(database.time_source)
         self.log: FilteringBoundLogger = structlog.get_logger("scheduler").bind(
             node=node.id, job=job.name
         )

@@ -23,15 +23,15 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
-from scheduler.model import Stale
+from scheduler.model import Claim, Stale
 from scheduler.node.peers import Peers
 from scheduler.node.wakeups import Wakeups
 from scheduler.registry import Job
-from scheduler.run.dispatcher import Dispatcher
 from scheduler.states import RunStatus
 from scheduler.store import nodes, takeover
 from scheduler.store.database import Database
@@ -64,12 +64,25 @@ SEEN_KEEP_S = 600.0
 SWEEP_S = 300.0
 
 
+class RunsInHand(Protocol):
+    """What recovery asks of the runs this node holds: the node's dispatcher, or the
+    harness of `scheduler.testing`, which runs the retaken claims in the caller's thread."""
+
+    def returned(self) -> Collection[str]:
+        """Ids of runs whose function returned here, their outcome not yet written."""
+        ...
+
+    def submit(self, claim: Claim) -> object:
+        """Run a claim this node just retook."""
+        ...
+
+
 class Recovery(SideThread):
     def __init__(
         self,
         *,
         database: Database,
-        dispatcher: Dispatcher,
+        dispatcher: RunsInHand,
         jobs: Mapping[str, Job],
         node_id: str,
         interval: float,

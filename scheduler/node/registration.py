@@ -6,7 +6,6 @@ set under its digest, by which a node selects its own jobs' requests and alert e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from scheduler import calendars, logs
 from scheduler.instants import utc_text
@@ -22,7 +21,9 @@ def register(database: Database, jobs: Mapping[str, Job]) -> None:
     job_sets.record(database, jobs_digest(jobs.values()), list(jobs))
     concurrency.declare(database, pools_of(jobs.values()).values())
     log = logs.get_logger()
-    now = datetime.now(UTC)  # the host's clock: the line says when, it decides nothing
+    # The host's clock (a virtual one under `scheduler.testing`): the line says when, it
+    # decides nothing.
+    now = database.time_source.wall()
     for job in jobs.values():
         upcoming = job.schedule.next_after(now) if job.schedule else None
         log.info(

@@ -13,21 +13,25 @@ holds the rows of one pass, whatever the number of schedules.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
 from structlog.typing import FilteringBoundLogger
 
 from scheduler import firing, metrics
-from scheduler.model import Due, Entry
+from scheduler.model import Due, Entry, Spent
 from scheduler.node.claimed import log_claims
 from scheduler.node.upcoming import jitter_delay
 from scheduler.node.wakeups import Wakeups
+from scheduler.policy import CatchupBudget
+from scheduler.registry import Job
 from scheduler.run.dispatcher import Dispatcher
 from scheduler.run.job_table import JobTable
-from scheduler.states import Reason, RunStatus
+from scheduler.states import Origin, Reason, RunStatus
+from scheduler.store import deferred
 from scheduler.store import schedules as stored
-from scheduler.store.database import Database
+from scheduler.store.database import Connection, Database
 from scheduler.store.faults import StoreError
 from scheduler.store.schedules import Fired, ScheduleRow
 from scheduler.supervision import SideThread
@@ -56,9 +60,19 @@ class ScheduleLoop(SideThread):
         stop: threading.Event,
         log: FilteringBoundLogger,
         wakeups: Wakeups | None = None,
+        fleet_budget: CatchupBudget | None = None,
+        paced: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__("schedules", stop, log)
         self._database = database
+        # The fleet's catch-up budget (`--catchup-budget`), which schedules spend too.
+        self._fleet_budget = fleet_budget
+        # Told when a pass wrote periods to wait for a budget's pace (the catch-up loop
+        # claims them): so that the first starts at its pace, not at the next sweep.
+        self._paced = paced
+        # The last pass's view of the budgets, and what it decided for each schedule it
+        # took (logged once it committed).
+        self._budgets = PassBudgets(database, fleet_budget)
         self._table = table
         self._dispatcher = dispatcher
         self._node_id = node_id
@@ -91,6 +105,7 @@ class ScheduleLoop(SideThread):
             if room <= 0:
                 return True
             limit = min(room, stored.ROWS_PER_PASS)
+            self._budgets = PassBudgets(self._database, self._fleet_budget)
             done = stored.fire(
                 self._database,
                 self._node_id,
@@ -104,22 +119,118 @@ class ScheduleLoop(SideThread):
                 return False
         return False
 
-    def _plan(self, row: ScheduleRow, now: datetime) -> Fired | None:
-        return plan(self._table, row, now)
+    def _plan(self, row: ScheduleRow, now: datetime, connection: Connection) -> Fired | None:
+        return self._budgets.plan(self._table, row, now, connection)
 
     def _dispatch(self, done: stored.Pass) -> None:
         result = done.result
         if not done.rows:
             return
+        self._said(done.rows)
         log_claims(self._log, result)
         metrics.record_claims(len(result.won) + len(result.skipped), result.won, result.skipped)
         for claim in result.won:
             self._dispatcher.submit(claim)
 
+    def _said(self, rows: list[ScheduleRow]) -> None:
+        """Log what the catch-up budgets did with each schedule's late periods."""
+        paced = False
+        for row in rows:
+            decided = self._budgets.decided.get(row.key)
+            if decided is None:
+                continue
+            log = self._log.bind(job=stored.run_job(row.key))
+            if decided.paced:
+                paced = True
+                log.info(
+                    "periods_paced",
+                    count=len(decided.paced),
+                    first=decided.paced[0].isoformat(),
+                    last=decided.paced[-1].isoformat(),
+                )
+            if decided.deferred:
+                log.warning(
+                    "periods_deferred",
+                    count=len(decided.deferred),
+                    first=decided.deferred[0].isoformat(),
+                    last=decided.deferred[-1].isoformat(),
+                    budget=str(self._table.code[row.job].policy.catchup_budget or "-"),
+                    fleet_budget=str(self._fleet_budget or "-"),
+                )
+        if paced:
+            self._paced()
 
-def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
+
+class PassBudgets:
+    """The catch-up budgets as one pass sees them: what the database says they have
+    spent, read in the pass's transaction, plus what the pass itself decided for the
+    schedules before (their claims and paced periods are written after every row is
+    planned, and a fleet's budget is shared by them all)."""
+
+    def __init__(self, database: Database, fleet_budget: CatchupBudget | None) -> None:
+        self._database = database
+        self._fleet_budget = fleet_budget
+        self.decided: dict[str, firing.Firing] = {}
+
+    def plan(
+        self, table: JobTable, row: ScheduleRow, now: datetime, connection: Connection
+    ) -> Fired | None:
+        """`plan` for one row of the pass, under these budgets. Periods it leaves to wait
+        their pace are for every node's catch-up loop: they are told as the pass commits
+        (PostgreSQL; the others poll)."""
+        fired = plan(table, row, now, partial(self._of, connection, now), self.decided.__setitem__)
+        decided = self.decided.get(row.key)
+        if fired is not None and decided is not None and decided.paced:
+            deferred.paced_written(self._database, connection)
+        return fired
+
+    def _of(
+        self, connection: Connection, now: datetime, job: Job
+    ) -> Callable[[], firing.Spending] | None:
+        if job.policy.catchup_budget is None and self._fleet_budget is None:
+            return None
+        return partial(self._spent, connection, now, job)
+
+    def _spent(self, connection: Connection, now: datetime, job: Job) -> firing.Spending:
+        """What the budgets over `job` have spent (under the fleet budget's lock if there
+        is one: taken before any job's)."""
+        database, budget, fleet_budget = (
+            self._database,
+            job.policy.catchup_budget,
+            self._fleet_budget,
+        )
+        fleet = None
+        if fleet_budget is not None:
+            deferred.lock_fleet(database, connection)
+            fleet_per = fleet_budget.per.total_seconds()
+            written = deferred.fleet_spent_on(database, connection, fleet_per)
+            started = sum(
+                origin is Origin.CATCHUP
+                for decided in self.decided.values()
+                for _, origin in decided.run
+            )
+            waiting = sum(len(decided.paced) for decided in self.decided.values())
+            last = now if started else written.last
+            fleet = (fleet_budget, Spent(written.runs + started + waiting, last))
+        per = (budget or fleet_budget or CatchupBudget(1, job.policy.catchup_window)).per
+        lookback = per + job.policy.catchup_window
+        own, paced = deferred.schedule_spent_on(
+            database, connection, job.name, per.total_seconds(), lookback.total_seconds()
+        )
+        return firing.Spending(own if budget is not None else None, fleet, paced > 0)
+
+
+def plan(
+    table: JobTable,
+    row: ScheduleRow,
+    now: datetime,
+    spending: Callable[[Job], Callable[[], firing.Spending] | None] = lambda _: None,
+    decided_by: Callable[[str, firing.Firing], object] = lambda *_: None,
+) -> Fired | None:
     """What a pass does with one due schedule, by the pure rules of `scheduler.firing`;
-    None if this node does not run its job."""
+    None if this node does not run its job. `spending`: what the catch-up budgets over
+    a job have spent (None: no budget holds), read only if late periods are to run;
+    `decided_by` hears what was decided, by the schedule's key."""
     job = table.learn(row)
     if job is None:
         return None
@@ -129,7 +240,8 @@ def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
         firing.owed_from(row.owed),
     )
     delay = partial(jitter_delay, job)
-    decided = firing.fire(state, now, job.policy, delay=delay)
+    decided = firing.fire(state, now, job.policy, delay=delay, spending=spending(job))
+    decided_by(row.key, decided)
     assert decided.state is not None
     lease = job.policy.lease.total_seconds()
     limit = job.policy.overlap.limit
@@ -151,6 +263,16 @@ def plan(table: JobTable, row: ScheduleRow, now: datetime) -> Fired | None:
             if excluded(period)
             else Entry(period, RunStatus.MISSED, Reason.WINDOW)
             for period in decided.missed
+        ]
+        + [
+            Entry(period, RunStatus.SKIPPED, Reason.CALENDAR)
+            if excluded(period)
+            else Entry(period, RunStatus.DEFERRED, reason)
+            for periods, reason in (
+                (decided.paced, Reason.PACED),
+                (decided.deferred, Reason.BUDGET),
+            )
+            for period in periods
         ],
         lease_seconds=lease,
         next_due_at=fires_at,

@@ -64,7 +64,7 @@ class ScheduleWatcher(Protocol):
 
 
 class CatchUpWatcher(Protocol):
-    def approvals_heard(self) -> None: ...
+    def deferred_heard(self) -> None: ...
 
 
 class RingWatcher(Protocol):
@@ -148,7 +148,7 @@ class Wakeups:
             if thread is not None:
                 thread.wake_in(0.0)
         if self.catch_up is not None:
-            self.catch_up.approvals_heard()
+            self.catch_up.deferred_heard()
 
     def heard(self, payload: str) -> None:
         """A notification arrived on the listening session."""
@@ -164,7 +164,7 @@ class Wakeups:
         elif heard.kind is Wake.SCHEDULE and self.schedules is not None:
             self.schedules.wake_in(heard.after)
         elif heard.kind is Wake.CATCHUP and self.catch_up is not None:
-            self.catch_up.approvals_heard()
+            self.catch_up.deferred_heard()
         elif heard.kind is Wake.CLAIMED:
             self.claims.add(heard.tokens)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from structlog.contextvars import bind_contextvars, bound_contextvars
 
+from scheduler import call_hooks
 from scheduler.registry import Job
 from scheduler.run.context import RunContext
 from scheduler.run.failures import SUCCEEDED, Outcome, failed
@@ -47,8 +48,13 @@ def call(job: Job, context: RunContext) -> Outcome:
 
 def _call_bound(job: Job, context: RunContext) -> Outcome:
     bind_contextvars(**run_fields(context))
+    around = call_hooks.registered()
     try:
-        job.func(*arguments(job, context), **job.args)
+        if around:  # what an app wraps every call in (Django's connections)
+            with call_hooks.entered(around):
+                job.func(*arguments(job, context), **job.args)
+        else:
+            job.func(*arguments(job, context), **job.args)
     except BaseException as error:  # noqa: BLE001 - the job's, SystemExit too: data, not our exit
         return failed(error)
     return SUCCEEDED

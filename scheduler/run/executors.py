@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
-from scheduler import logs
+from scheduler import call_hooks, logs
 from scheduler.model import Failure
 from scheduler.policy import Isolation
 from scheduler.registry import Job
@@ -72,7 +72,7 @@ class ThreadExecutor:
         # The caller's context variables (a current trace span) go with it.
         variables = contextvars.copy_context()
         runner = threading.Thread(
-            target=lambda: result.append(variables.run(call, job, context)),
+            target=lambda: result.append(variables.run(_call_alone, job, context)),
             name=f"job:{job.name}",
             daemon=True,
         )
@@ -87,6 +87,13 @@ class ThreadExecutor:
 
     def close(self) -> None:
         pass
+
+
+def _call_alone(job: Job, context: RunContext) -> Outcome:
+    """The call on a helper thread that ends with it: the hooks around it release what
+    they keep for the thread's next call (`call_hooks.last_on_its_thread`)."""
+    call_hooks.ends_its_thread()
+    return call(job, context)
 
 
 class AsyncExecutor:

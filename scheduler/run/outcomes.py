@@ -4,6 +4,7 @@ lines logged once the writer has settled it."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import timedelta
 
 from structlog.typing import FilteringBoundLogger
@@ -16,21 +17,37 @@ from scheduler.run.writer import Settled
 from scheduler.states import Reason, RunStatus
 
 MAX_RETRY_DELAY = timedelta(hours=6)
+# A retry waits up to this share of its backoff more, so that retries spread.
+RETRY_JITTER = 0.25
 
 
-def retry_delay(policy: Policy, attempt: int) -> float:
-    """Exponential backoff from `retry_backoff`, with up to 25 % jitter so retries spread."""
+def spread() -> float:
+    """The share of its backoff a retry waits more: at random, up to `RETRY_JITTER`."""
+    return random.uniform(0, RETRY_JITTER)
+
+
+def retry_delay(policy: Policy, attempt: int, jitter: Callable[[], float] = spread) -> float:
+    """Exponential backoff from `retry_backoff`, plus `jitter()` of it (up to 25 %, at
+    random: `scheduler.testing` gives its own, to be deterministic)."""
     base = policy.retry_backoff.total_seconds() * 2 ** (attempt - 1)
-    delay: float = min(base * (1 + random.uniform(0, 0.25)), MAX_RETRY_DELAY.total_seconds())
+    delay: float = min(base * (1 + jitter()), MAX_RETRY_DELAY.total_seconds())
     return delay
 
 
-def finish(claim: Claim, policy: Policy, outcome: Outcome, duration_ms: int) -> Finish:
-    """The row for an attempt whose function returned: with a retry while attempts remain."""
+def finish(
+    claim: Claim,
+    policy: Policy,
+    outcome: Outcome,
+    duration_ms: int,
+    *,
+    jitter: Callable[[], float] = spread,
+) -> Finish:
+    """The row for an attempt whose function returned: with a retry while attempts remain
+    (`jitter`: the share of its backoff the retry waits more)."""
     retry_in = None
     started = claim.starts_before + 1  # this attempt counts: it called the function
     if outcome.status is not RunStatus.SUCCEEDED and started < policy.max_attempts:
-        retry_in = retry_delay(policy, started)
+        retry_in = retry_delay(policy, started, jitter)
     return Finish(
         claim,
         outcome.status,

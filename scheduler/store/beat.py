@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.model import ClockReading, Held
@@ -67,7 +66,7 @@ def beat(
         held = renewals.renew_on(database, connection, node_id)
         if not database.sessions:
             # The host's own clock; PostgreSQL's comes with the reads.
-            clock = ClockReading.host(datetime.now(UTC), time.monotonic())
+            clock = ClockReading.host(database.time_source.wall(), database.time_source.monotonic())
             peers = nodes.peers_on(database, connection, node_id, alive_within)
             return Beat(held, clock, peers, [], [], None, False, None, False, True)
         return _read_postgres(

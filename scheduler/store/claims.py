@@ -121,7 +121,14 @@ def claim_in(
         )
     else:
         _insert_claims(
-            connection, fresh, holder, sent=sent, result=result, ours=ours, returned=returned
+            database,
+            connection,
+            fresh,
+            holder,
+            sent=sent,
+            result=result,
+            ours=ours,
+            returned=returned,
         )
     alert_events.skipped(database, connection, result.skipped, result.reasons)
     # Rows now exist for these periods: the peers need not read that they do.
@@ -182,6 +189,7 @@ _CLAIM_SQLITE = f"""
 
 
 def _insert_claims(
+    database: Database,
     connection: Connection,
     due: list[Due],
     holder: str,
@@ -210,7 +218,7 @@ def _insert_claims(
             "excluded": item.excluded,
             "batch": batch_ids,
             "returned": returned_ids,
-            "expiry": Database.host_after(item.lease_seconds),
+            "expiry": database.host_after(item.lease_seconds),
         }
         rows += connection.execute(_CLAIM_SQLITE, parameters).rows
     _collect(candidates, rows, holder, sent, result)

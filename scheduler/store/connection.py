@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from scheduler.instants import SYSTEM_TIME, TimeSource
+
 T = TypeVar("T")
 # SQLite: every column (and alias) that holds an instant; a unit test checks the list
 # against the tables.
@@ -103,6 +105,10 @@ def sqlite_instant(moment: datetime) -> str:
 def _from_sqlite(value: Any) -> Any:
     if isinstance(value, str):
         return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # Parsed already by the connection's converters (Django's sqlite3 connection
+        # declares them for DATETIME columns), from the same UTC text.
+        return value.replace(tzinfo=UTC)
     return value
 
 
@@ -173,21 +179,30 @@ class Connection:
     """A borrowed connection, inside the transaction (or the autocommit run) the
     database opened for it."""
 
-    __slots__ = ("_encode", "_listeners", "_paramstyle", "backend", "raw")
+    __slots__ = ("_encode", "_listeners", "_paramstyle", "_time", "backend", "raw")
 
     def __init__(
-        self, raw: Any, backend: str, listeners: Sequence[Callable[[str], None]] = ()
+        self,
+        raw: Any,
+        backend: str,
+        listeners: Sequence[Callable[[str], None]] = (),
+        time_source: TimeSource = SYSTEM_TIME,
     ) -> None:
         self.raw, self.backend, self._listeners = raw, backend, listeners
         postgres = backend == "postgresql"
+        self._time = time_source
         self._paramstyle: Callable[[str], str] = pyformat if postgres else _same
         self._encode: Callable[[Mapping[str, Any] | None], Mapping[str, Any]] = (
-            _checked if postgres else _for_sqlite
+            _checked if postgres else functools.partial(_for_sqlite, wall=time_source.wall)
         )
 
     @property
     def is_postgres(self) -> bool:
         return self.backend == "postgresql"
+
+    def host_clock(self) -> datetime:
+        """This host's clock (SQLite's database clock), as the database handle keeps it."""
+        return self._time.wall()
 
     def execute(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Result:
         """Run one statement (several, separated by `;`, when it has no parameters on
@@ -246,7 +261,7 @@ class Connection:
         if self.is_postgres:
             encoded = [_checked(row) for row in rows]
         else:  # one clock reading for all the rows
-            now = sqlite_instant(datetime.now(UTC))
+            now = sqlite_instant(self._time.wall())
             encoded = [_for_sqlite(row, now) for row in rows]
         cursor = self.raw.cursor()
         try:
@@ -362,7 +377,12 @@ def _array_element(value: Any) -> str:
     raise TypeError(f"no array form for {type(value).__name__} {value!r}")
 
 
-def _for_sqlite(parameters: Mapping[str, Any] | None, now: str | None = None) -> Mapping[str, Any]:
+def _for_sqlite(
+    parameters: Mapping[str, Any] | None,
+    now: str | None = None,
+    *,
+    wall: Callable[[], datetime] = SYSTEM_TIME.wall,
+) -> Mapping[str, Any]:
     """Instants as SQLite's text, and `:now`, this host's clock (SQLite has none of its
     own), for every statement that names it; `now` when the caller read it already."""
     encoded = {
@@ -370,7 +390,7 @@ def _for_sqlite(parameters: Mapping[str, Any] | None, now: str | None = None) ->
         for name, value in (parameters or {}).items()
     }
     if "now" not in encoded:
-        encoded["now"] = now or sqlite_instant(datetime.now(UTC))
+        encoded["now"] = now or sqlite_instant(wall())
     return encoded
 
 

@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from scheduler.errors import UserError
+from scheduler.instants import SYSTEM_TIME, TimeSource
 from scheduler.model import ClockReading, lock_key
 from scheduler.store.connection import Connection, Result
 from scheduler.store.deadlines import WATCH
@@ -147,6 +148,9 @@ class Database:
     server_sessions: _ServerSessions = field(default_factory=_ServerSessions, repr=False)
     # Every connection this handle borrows takes a place in it first (`shared`).
     share: Share | None = field(default=None, repr=False)
+    # This host's clocks: SQLite's database clock, and a node's between readings. A
+    # virtual clock in tests (`scheduler.testing`); the real ones everywhere else.
+    time_source: TimeSource = field(default=SYSTEM_TIME, repr=False, compare=False)
 
     def bounded(self, seconds: float | None) -> Database:
         """The same database (and pool), with another deadline for each call."""
@@ -261,10 +265,9 @@ class Database:
         assert self.server_clock, "this host's times are values: see `lease`"
         return f"(clock_timestamp() + make_interval(secs => {seconds}))"
 
-    @staticmethod
-    def host_after(seconds: float) -> datetime:
+    def host_after(self, seconds: float) -> datetime:
         """This host's clock plus `seconds` (SQLite's leases and retries are values)."""
-        return datetime.now(UTC) + timedelta(seconds=seconds)
+        return self.time_source.wall() + timedelta(seconds=seconds)
 
     def after(self, name: str, seconds: float) -> tuple[str, dict[str, Any]]:
         """`seconds` from now by the database clock, as SQL and its parameter `name`:
@@ -308,7 +311,7 @@ class Database:
         with self._borrowed() as connection:
             if self.one_writer:
                 connection.execute("BEGIN IMMEDIATE")
-                guarded = Guarded(connection, datetime.now(UTC))
+                guarded = Guarded(connection, self.time_source.wall())
             else:
                 keys = sorted({lock_key(job) for job in jobs}) if self.job_locks else []
                 first = _bounds_and_locks(lock_timeout, keys)
@@ -374,7 +377,7 @@ class Database:
                 threshold = PREPARE_THRESHOLD if self.server_sessions.prepared else None
                 if raw.prepare_threshold != threshold:
                     raw.prepare_threshold = threshold
-            connection = Connection(raw, self.url.backend, self.listeners)
+            connection = Connection(raw, self.url.backend, self.listeners, self.time_source)
             try:
                 with self._watched(raw):
                     yield connection
@@ -401,7 +404,7 @@ class Database:
         """The database's current time, to measure this host's clock against, placed at
         the statement that read it (a wait for a connection comes before it)."""
         if not self.server_clock:
-            return ClockReading.host(datetime.now(UTC), time.monotonic())
+            return ClockReading.host(self.time_source.wall(), self.time_source.monotonic())
         with self.autocommit() as connection:
             sent = time.monotonic()
             moment = connection.execute("SELECT statement_timestamp() AS now").scalar()
@@ -452,13 +455,15 @@ def open_database(
     connections: int = 10,
     application_name: str = "scheduler",
     prove: bool = True,
+    durable: bool = True,
 ) -> Database:
     """Set up the pool and prove it connects (unless not `prove`); every failure is one
     line for the user.
 
     `connections` is how many may be in use at once (a node: its workers and its side
     threads, so that no checkout waits on another thread's work); a few stay open
-    between uses, the rest are closed when given back.
+    between uses, the rest are closed when given back. `durable=False` (SQLite): commits
+    are not flushed to the disk, for a throwaway file (`scheduler.testing`), never a node's.
     """
     url = parse_database_url(raw_url)
     kept = min(connections, POOL_KEPT)
@@ -473,7 +478,9 @@ def open_database(
                 f"--database-url: database file {url.path!r} does not exist; "
                 "run `scheduler migrate` to create it"
             )
-        pool = Pool(lambda: _sqlite_connection(path), _close, kept=kept, most=connections)
+        pool = Pool(
+            lambda: _sqlite_connection(path, durable=durable), _close, kept=kept, most=connections
+        )
     database = Database(url, pool)
     if not prove:
         return database
@@ -563,7 +570,7 @@ def _postgres_connector(url: DatabaseURL, application_name: str) -> Any:
     return connect
 
 
-def _sqlite_connection(path: Path) -> Any:
+def _sqlite_connection(path: Path, *, durable: bool = True) -> Any:
     import sqlite3  # noqa: PLC0415
 
     # Autocommit at the driver (isolation_level None): the store sends BEGIN IMMEDIATE
@@ -574,5 +581,5 @@ def _sqlite_connection(path: Path) -> Any:
     )
     raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
     raw.execute("PRAGMA journal_mode = WAL")
-    raw.execute("PRAGMA synchronous = FULL")
+    raw.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = OFF")
     return raw

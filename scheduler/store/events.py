@@ -23,8 +23,9 @@ from scheduler.store.wakeups import Wake, notify_on
 EVENTS = "scheduler_events"
 
 FAILING = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
-# Skips an operator asked for (a pause, a calendar's day) are not news to anyone.
-QUIET_REASONS = frozenset({Reason.PAUSED, Reason.CALENDAR})
+# Skips an operator asked for (a pause, a calendar's day) are not news to anyone, nor
+# periods that wait their catch-up budget's pace (they run).
+QUIET_REASONS = frozenset({Reason.PAUSED, Reason.CALENDAR, Reason.PACED})
 DETAIL_LIMIT = 2000
 
 

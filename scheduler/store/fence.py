@@ -38,10 +38,11 @@ LATE_WORK_SQL = "(other.origin = 'catchup' OR (other.origin = 'schedule' AND oth
 # statements read them once), and its function not known to have returned (a holder's
 # own claim names its runs whose outcome is still being written, `:returned`). Then it
 # is skipped once the job's occupants reach the overlap limit (1 for `skip`, 2 for
-# `queue`): such a body of the job's own counts, the scheduler's late work (a catch-up,
-# a retry, a takeover) does not, and the periods already waiting their turn do. So
-# behind an on-time body the next period is skipped at once; behind late work the
-# first waits and only the next is skipped; and nothing else ever makes a period skip:
+# `queue`): such a body of the job's own counts, and so do its on-time periods already
+# waiting their turn; the scheduler's late work (a catch-up, a retry, a takeover),
+# running or waiting, does not. So behind an on-time body the next period is skipped at
+# once; behind late work (a restart's retaken backlog, say) the first waits and only the
+# next is skipped; and nothing else ever makes a period skip:
 # a claim not started (a stall's backlog), a start not yet known to have begun its body,
 # a body that began after the period fell due (a peer's leftover claimed late), a
 # function its own node knows has returned, a holder in doubt. (A peer cannot know that
@@ -63,9 +64,9 @@ def running_body_sql(now: str, period: str, returned: str, doubtful: str) -> str
 
 
 def occupant_sql(now: str, running_body: str) -> str:
-    """`other` counts toward the overlap limit: an on-time running body, or a period
-    waiting its turn under a live lease."""
-    return f"(({running_body} AND NOT {LATE_WORK_SQL}) OR {waiting_sql(now)})"
+    """`other` counts toward the overlap limit: an on-time running body, or an on-time
+    period waiting its turn under a live lease."""
+    return f"(({running_body} OR {waiting_sql(now)}) AND NOT {LATE_WORK_SQL})"
 
 
 def waiting_sql(now: str) -> str:

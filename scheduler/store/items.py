@@ -39,21 +39,51 @@ class Taken(Enum):
 
 def job_connection(connection: object) -> Connection:
     """The store's connection over what a job passed as `connection=` (a SQLAlchemy
-    Connection or Session), inside the job's own transaction. SQLAlchemy is the job's:
-    the store finds its classes only if the job has loaded them."""
+    Connection or Session, or a Django connection inside `transaction.atomic()`), inside
+    the job's own transaction. The library is the job's: the store finds its classes only
+    if the job has loaded them."""
+    if _is_django(connection):
+        return _django_connection(connection)
     engine = sys.modules.get("sqlalchemy.engine")
     orm = sys.modules.get("sqlalchemy.orm")
     if orm is not None and isinstance(connection, orm.Session):
         connection = connection.connection()
     if engine is None or not isinstance(connection, engine.Connection):
         raise TypeError(
-            "connection= takes a SQLAlchemy Connection or Session, "
+            "connection= takes a SQLAlchemy Connection or Session, or a Django connection, "
             f"got {type(connection).__module__}.{type(connection).__qualname__}"
         )
     backend = connection.dialect.name
     if backend not in ("postgresql", "sqlite"):
         raise TypeError(f"connection= is on {backend}, not on the scheduler's database")
     return ForeignConnection(connection, backend)
+
+
+def _is_django(connection: object) -> bool:
+    """A Django connection: `connections[alias]`, or the proxy `django.db.connection`
+    (which hands every attribute on to the default alias's)."""
+    wrappers = sys.modules.get("django.db.backends.base.base")
+    proxies = sys.modules.get("django.utils.connection")
+    return (wrappers is not None and isinstance(connection, wrappers.BaseDatabaseWrapper)) or (
+        proxies is not None and isinstance(connection, proxies.ConnectionProxy)
+    )
+
+
+def _django_connection(wrapper: Any) -> Connection:
+    """Django's connection (`django.db.connection`, or `connections[alias]`): its driver
+    connection (psycopg 3 or sqlite3) in the transaction `atomic()` opened, so that the
+    record commits with the ORM's rows. Outside `atomic()` Django commits each statement
+    alone, and the record would not wait for the rows: refused."""
+    backend = wrapper.vendor
+    if backend not in ("postgresql", "sqlite"):
+        raise TypeError(f"connection= is on {backend}, not on the scheduler's database")
+    if not wrapper.in_atomic_block:
+        raise ValueError(
+            "connection= a Django connection must be inside transaction.atomic(), so that "
+            "the record commits with your rows"
+        )
+    wrapper.ensure_connection()
+    return Connection(wrapper.connection, backend)
 
 
 def claim(

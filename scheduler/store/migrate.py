@@ -263,11 +263,13 @@ def upgrade(database: Database, revision: str = "head") -> str | None:
     state = schema_state(database)
     if revision == "head" and state.up_to_date:
         return state.current
+    _refuse_unknown(state)
     from alembic import command  # noqa: PLC0415 - only when migrating
 
     with alembic_config(database) as config, migrating(config) as connection:
         adopt_legacy_revision(connection)
         state = _state(connection)
+        _refuse_unknown(state)  # a newer scheduler may have migrated while this one waited
         if not (revision == "head" and state.up_to_date):
             command.upgrade(config, revision)
     return state.current
@@ -301,8 +303,7 @@ def migrating(config: Config) -> Iterator[Connection]:
 def offline_sql(database_url: str, state: SchemaState) -> str:
     """The SQL script `scheduler migrate` would run, for a DBA to review and apply, from
     the revision recorded (`state`); writes nothing. Moves a legacy revision over first."""
-    if state.current is not None and state.current not in known_revisions():
-        raise SchemaOutdatedError(_newer_than_known(state.current, state.head).split(": ", 1)[1])
+    _refuse_unknown(state)
     if state.up_to_date:
         return f"-- the schema is at revision {state.head}: nothing to do\n"
     adoption: list[str] = []
@@ -345,6 +346,13 @@ def require_current_schema(database: Database) -> None:
         f"database schema is at revision {state.current}, this scheduler needs {state.head}; "
         "run `scheduler migrate`"
     )
+
+
+def _refuse_unknown(state: SchemaState) -> None:
+    """A revision this scheduler does not know is a newer scheduler's: refused in one line
+    (Alembic would fail on it with a traceback), never migrated from."""
+    if state.current is not None and state.current not in known_revisions():
+        raise SchemaOutdatedError(_newer_than_known(state.current, state.head).split(": ", 1)[1])
 
 
 def _newer_than_known(current: str, head: str) -> str:

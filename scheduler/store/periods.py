@@ -103,7 +103,7 @@ def write(
             statement = _insert(database, leased=True) + " RETURNING id"
             for entry in claimed:
                 row = _row(job, entry, origin, lease_seconds, holder)
-                row["expiry"] = Database.host_after(lease_seconds)
+                row["expiry"] = database.host_after(lease_seconds)
                 for run_id in connection.execute(statement, row).scalars():
                     won.append(
                         Claim(run_id, job, entry.period, 1, holder, lease_seconds, origin, sent)

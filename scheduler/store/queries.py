@@ -175,6 +175,13 @@ def runs_within(database: Database, job: str, start: datetime, end: datetime) ->
     )
 
 
+def has_runs(database: Database, job: str) -> bool:
+    """Whether any run carries this job name (one row, through the primary key)."""
+    statement = f"SELECT 1 FROM {RUNS} WHERE job = :job LIMIT 1"
+    with database.transaction() as connection:
+        return connection.execute(statement, {"job": job}).first() is not None
+
+
 def run_by_id(database: Database, run_id: str) -> RunRow | None:
     """The run a log line's `run_id` names."""
     found = _runs(database, "id = :id", {"id": run_id})

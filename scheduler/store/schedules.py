@@ -34,7 +34,7 @@ from scheduler.states import Origin
 from scheduler.store import claims, periods
 from scheduler.store.connection import Connection, in_list
 from scheduler.store.database import Database
-from scheduler.store.fence import lock_jobs
+from scheduler.store.fence import RUNS, lock_jobs
 from scheduler.store.items import job_connection
 from scheduler.store.wakeups import CHANNEL, Wake
 
@@ -117,7 +117,7 @@ def _row(found: Any) -> ScheduleRow:
 def foreign(connection: object) -> Connection:
     """The store's connection over the application's own, inside its open transaction
     (neither committed nor rolled back here): a SQLAlchemy Connection or Session, a
-    psycopg connection, or a `sqlite3` connection."""
+    psycopg connection, a `sqlite3` connection, or Django's inside `atomic()`."""
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(connection, psycopg.Connection):
         return Connection(connection, "postgresql")
@@ -127,8 +127,8 @@ def foreign(connection: object) -> Connection:
         return job_connection(connection)
     except TypeError:
         raise TypeError(
-            "connection= takes a SQLAlchemy Connection or Session, a psycopg connection "
-            f"or a sqlite3 connection, got {type(connection).__module__}."
+            "connection= takes a SQLAlchemy Connection or Session, a psycopg connection, "
+            f"a sqlite3 connection or a Django connection, got {type(connection).__module__}."
             f"{type(connection).__qualname__}"
         ) from None
 
@@ -150,7 +150,7 @@ def clock(connection: Connection) -> datetime:
         moment = connection.execute("SELECT statement_timestamp() AS now").scalar()
         assert isinstance(moment, datetime)
         return moment.astimezone(UTC)
-    return datetime.now(UTC)
+    return connection.host_clock()
 
 
 def _now_sql(connection: Connection) -> str:
@@ -206,6 +206,18 @@ def write(connection: Connection, row: ScheduleRow, seen: int) -> bool:
     if done and not row.paused and row.deleted_at is None:
         changed(connection, row.next_due_at)
     return done
+
+
+def settle_deferred(connection: Connection, key: str) -> int:
+    """A schedule being deleted: its periods still deferred (past its catch-up budget,
+    approved, or waiting their pace) are recorded skipped (reason catchup) in the same
+    transaction, so none runs after the deletion commits; how many."""
+    statement = f"""
+        UPDATE {RUNS} SET status = 'skipped', reason = 'catchup',
+            finished_at = {_now_sql(connection)}
+        WHERE job = :job AND status = 'deferred'
+    """
+    return int(connection.execute(statement, {"job": run_job(key)}).rowcount)
 
 
 def remove(connection: Connection, key: str) -> bool:
@@ -356,14 +368,15 @@ def fire(
     database: Database,
     holder: str,
     jobs: Collection[str],
-    plan: Callable[[ScheduleRow, datetime], Fired | None],
+    plan: Callable[[ScheduleRow, datetime, Connection], Fired | None],
     *,
     limit: int = ROWS_PER_PASS,
     returned: Sequence[str] = (),
 ) -> Pass:
     """One pass over the due schedules of these jobs, in one transaction: take up to
     `limit` rows nobody else is firing, claim the periods `plan` says, record the ones it
-    passes over, and move each row on."""
+    passes over, and move each row on. `plan` is given the pass's connection, to read
+    what a catch-up budget has spent in the same transaction."""
     done = Pass()
     if not jobs:
         return done
@@ -374,7 +387,9 @@ def fire(
         found = connection.execute(
             _due_sql(database), {"jobs": _jobs_parameter(database, jobs), "limit": limit}
         )
-        decided = [(row, plan(row, now)) for row in map(_row, found)]
+        # Read in full first: `plan` may run statements of its own on the connection.
+        rows = [_row(found_row) for found_row in found]
+        decided = [(row, plan(row, now, connection)) for row in rows]
         decided = [(row, fired) for row, fired in decided if fired is not None]
         if not decided:
             return done

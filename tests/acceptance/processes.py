@@ -131,7 +131,23 @@ def start_node(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return Node(name, process, log_path)
+    node = Node(name, process, log_path)
+    STARTED.append(node)
+    return node
+
+
+# Every node a test started: one still running when its test ends (the test failed
+# before it stopped it) is killed then, so that it loads no later test nor a soak.
+STARTED: list[Node] = []
+
+
+def kill_leftovers() -> list[str]:
+    """Kill the nodes started since the last call that still run; their names."""
+    left = [node for node in STARTED if node.process.poll() is None]
+    for node in left:
+        node.kill()
+    STARTED.clear()
+    return [node.name for node in left]
 
 
 def when(event: dict[str, Any]) -> float:

@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from scheduler.schedules import Schedules
+from scheduler.store import schedules as stored
 from scheduler.store.database import open_database
 from tests.acceptance.processes import _alive
 from tests.sql import rows
@@ -96,3 +98,20 @@ def first_pid(log: Path, timeout: float = 15.0) -> int:
             return pids[0]
         time.sleep(0.02)
     raise AssertionError("the body never noted its pid")
+
+
+def unfired_schedule(database_url: str, key: str, job: str, seconds: float) -> datetime:
+    """Create an every-second schedule of `job` (a template a node registered) as if no
+    node had fired it for `seconds`: its periods since then are owed. The first of them."""
+    database = open_database(database_url)
+    try:
+        Schedules(database).create(key, job, cron="* * * * * *", args={"tenant": 1})
+        with database.transaction() as connection:
+            down = stored.clock(connection).replace(microsecond=0) - timedelta(seconds=seconds)
+            connection.execute(
+                "UPDATE scheduler_schedules SET next_due_at = :down WHERE key = :key",
+                {"down": down, "key": key},
+            )
+        return down
+    finally:
+        database.dispose()

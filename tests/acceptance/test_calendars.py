@@ -1,6 +1,7 @@
 """Calendars on real nodes (issue 44, item 4): three `scheduler run` processes on
-PostgreSQL (one on SQLite). A job whose calendar excludes today, and a schedule created
-at run time from a template with that calendar, have every period of today recorded
+PostgreSQL (one on SQLite). A job whose calendar of dates excludes today, one whose
+calendar is a function excluding today's day of the week, and a schedule created at run
+time from a template with the first calendar, have every period of today recorded
 `skipped (calendar)`, none run, none alerted; a job whose calendar does not exclude
 today runs. Each calendar whose dates end within 30 days is one `calendar_ending`
 event, heard once whatever the replica count, and a `check` finding; the jobs' views
@@ -65,15 +66,18 @@ def test_periods_on_excluded_days_are_skipped_and_ending_calendars_warn(
     assert codes == [0] * replicas, [node.log_path.read_text()[-2000:] for node in nodes]
     holiday = _today(run_rows(database_url, "holiday"), today)
     scheduled = _today(run_rows(database_url, "@tenant-1:sync"), today)
+    day_off = _today(run_rows(database_url, "day_off"), today)
     workday = _today(run_rows(database_url, "workday"), today)
     assert len(holiday) >= 5
+    assert len(day_off) >= 5
     assert len(scheduled) >= 3
-    assert {(row["status"], row["reason"]) for row in holiday + scheduled} == {
+    assert {(row["status"], row["reason"]) for row in holiday + day_off + scheduled} == {
         ("skipped", "calendar")
     }
     assert sum(row["status"] == "succeeded" for row in workday) >= 5
     ran = {(line["job"], line["period"][:10]) for line in _lines(executions)}
     assert ("holiday", today) not in ran
+    assert ("day_off", today) not in ran
     assert ("@tenant-1:sync", today) not in ran
     assert ("workday", today) in ran
     # Heard once each, whatever the replica count; no skip or miss was news.
@@ -114,3 +118,4 @@ def test_periods_on_excluded_days_are_skipped_and_ending_calendars_warn(
     calendars = {record["name"]: record["calendars"] for record in json.loads(listed.stdout)}
     assert calendars["holiday"] == [{"name": "company-holidays", "last": today}]
     assert calendars["workday"] == [{"name": "ops-days-off", "last": tomorrow}]
+    assert calendars["day_off"] == [{"name": "weekly-day-off", "last": None}]

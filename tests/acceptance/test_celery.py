@@ -427,7 +427,10 @@ def test_a_pool_holds_remote_runs_to_its_limit_on_workers_that_could_run_more(
         assert kind not in notes.setdefault((period, job), {}), f"{job} {period} ran twice"
         notes[(period, job)][kind] = float(moment)
     bodies = sorted((n["start"], n.get("done", n["start"] + 1.0)) for n in notes.values())
-    assert len(bodies) >= 8, "the jobs hardly ran"
+    # From the first due period to the stop, about 10 s: a 1 s body and the hand-over to
+    # the next (its outcome, the slot freed, the next one queued and picked up) take 1.2
+    # to 1.5 s, so 6 to 8 bodies ran (7 in a loaded CI run).
+    assert len(bodies) >= 6, "the jobs hardly ran"
     overlaps = [(a, b) for a, b in itertools.pairwise(bodies) if b[0] < a[1]]
     assert overlaps == [], "two bodies of a pool of one ran at once"
     waited = [e for e in node.events() if e.get("event") == "run_waiting"]

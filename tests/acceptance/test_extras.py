@@ -1,7 +1,8 @@
 """The released files, as users install them: the sdist and the wheel pass `twine check`,
 and each extra alone, from the wheel in a clean virtual environment, brings what its
 feature needs (the bare distribution runs a job; `console` serves a page; `sentry` sends
-check-ins; `otel` loads the tracing). `cronclaim[celery]` alone has its own test, with a
+check-ins; `otel` loads the tracing; `django`'s example project migrates, lists and runs
+its job through `manage.py scheduler`). `cronclaim[celery]` alone has its own test, with a
 real worker on Redis and on RabbitMQ (test_celery_extra). And the unrelated PyPI project
 `scheduler`, installed beside it, is named in one line by `--version` and at start."""
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -26,6 +29,7 @@ import pytest
 from scheduler.config import version
 from tests.acceptance.celery_workers import free_port
 from tests.acceptance.conftest import clean_env, make_venv, pip_install
+from tests.acceptance.django_project import EXAMPLE
 from tests.receivers import receiver
 from tests.waiting import wait_until
 
@@ -121,7 +125,7 @@ def test_the_bare_distribution_runs_a_job_and_needs_no_extra(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "ticked " in ran.stdout
     assert "distribution_conflict" not in ran.stdout
-    for module in ("flask", "celery", "sentry_sdk", "opentelemetry"):
+    for module in ("flask", "celery", "sentry_sdk", "opentelemetry", "django"):
         assert not _importable(venv, module), f"{module} came without its extra"
     # An extra's feature asked for without it: one line naming the extra to install.
     refused = _run_tick(venv, app, SCHEDULER_TRACING="on")
@@ -195,6 +199,55 @@ def test_the_otel_extra_alone_loads_the_tracing(
     assert "ticked " in ran.stdout
     assert _importable(venv, "scheduler.alerting.tracing")
     assert not _importable(venv, "sentry_sdk")
+
+
+# Its virtual environment (Django and the wheel) is made inside the test: minutes, not
+# seconds, on a loaded machine.
+@pytest.mark.timeout(300)
+def test_the_django_extra_alone_runs_the_example_project(
+    installed_extra: Callable[[str], Path], tmp_path: Path
+) -> None:
+    venv = installed_extra("django")
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "*.sqlite3"))
+    database = project / "db.sqlite3"
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(venv / "bin" / "python"), "manage.py", *args],
+            cwd=project,
+            env=clean_env(project, EXAMPLE_DATABASE_URL=f"sqlite:///{database}"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    shown = manage("scheduler", "--help")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.startswith("Usage: manage.py scheduler [OPTIONS] COMMAND [ARGS]...")
+    migrated = manage("migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    assert "Scheduler tables: upgraded from None to " in migrated.stdout
+    # The job of billing/jobs.py, found without naming it, writes its invoice once
+    # (every third period fails once after writing it: either way one row).
+    ran = manage("scheduler", "run-once", "invoice", "--log-format", "json")
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    assert [event["event"] for event in _events(ran.stdout) if event["event"].startswith("run_")][
+        -1
+    ] in ("run_succeeded", "run_failed")
+    with sqlite3.connect(database) as connection:
+        invoices = connection.execute("SELECT count(*) FROM billing_invoice").fetchone()
+        items = connection.execute("SELECT key, state FROM scheduler_items").fetchall()
+    connection.close()
+    assert invoices == (1,)
+    assert len(items) == 1
+    assert items[0][1] == "done"
+    listed = manage("scheduler", "jobs")
+    assert listed.returncode == 0, listed.stderr
+    assert "invoice" in listed.stdout
+    for module in ("flask", "celery", "sentry_sdk", "opentelemetry"):
+        assert not _importable(venv, module), f"{module} came with the django extra"
 
 
 # -- the unrelated `scheduler` distribution -------------------------------------------

@@ -2,7 +2,9 @@
 PostgreSQL (one on SQLite) run a job that fails every second. Its third failure in a
 row pages once, its sixth pauses it (shown in `scheduler jobs` as paused by failures);
 once the fault is gone and an operator resumes it, one `recovered` ends the streak.
-The hook hears each of the three once, whatever the replica count."""
+The hook hears each of the three once, whatever the replica count, and one node logs
+the pause (`job_paused_by_failures`). A schedule created at run time of a failing
+template is paused alone, by its own streak, and `scheduler schedules list` says so."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.schedules import Schedules
 from scheduler.store import deliveries as stored_events
 from scheduler.store import jobs as stored_jobs
 from scheduler.store.database import open_database
@@ -38,10 +41,10 @@ def _events(database_url: str) -> list[tuple[str, int | None]]:
     return [(row.event.kind.value, row.event.streak) for row in reversed(found)]
 
 
-def _job(database_url: str) -> Any:
+def _job(database_url: str, name: str = "streaky") -> Any:
     database = open_database(database_url)
     try:
-        return stored_jobs.all_jobs(database, ["streaky"])[0]
+        return stored_jobs.all_jobs(database, [name])[0]
     finally:
         database.dispose()
 
@@ -91,8 +94,48 @@ def test_a_streak_pages_once_pauses_the_job_and_recovers_once(
     kinds = [(line["kind"], line["streak"]) for line in _heard(heard)]
     assert kinds == [("failed", 3), ("paused", 6), ("recovered", len(failed))], kinds
     assert _events(database_url) == kinds
+    # One node (the one that took the `paused` event) says so in its log, once.
+    said = [e for node in nodes for e in node.events() if e["event"] == "job_paused_by_failures"]
+    assert [(e["level"], e["job"], e["streak"], e["reason"]) for e in said] == [
+        ("warning", "streaky", 6, paused.pause_reason)
+    ], said
     assert _heard(heard)[0]["detail"] == (
         "3 periods failed in a row; RuntimeError: the upstream is down"
     )
     assert not _job(database_url).paused
     assert [row["status"] for row in run_rows(database_url, "streaky")].count("succeeded") >= 1
+
+
+def test_a_schedules_streak_pauses_the_schedule_alone(tmp_path: Path, database_url: str) -> None:
+    key = "tenant-3:sync"
+    node = start_node(tmp_path, "node-0", database_url, "streaky_tenants")
+    schedules = Schedules(database_url)
+    try:
+        node.wait_for(lambda event: event.get("event") == "node_started")
+        schedules.create(key, "tenant_streaky", every=1, args={"tenant": 3})
+        wait_until(lambda: getattr(schedules.get(key), "paused", False), timeout=15)
+        said = node.wait_for(lambda event: event.get("event") == "job_paused_by_failures")
+        reason = "paused by the scheduler: 2 periods failed in a row"
+        assert (said["level"], said["job"], said["schedule"], said["streak"], said["reason"]) == (
+            "warning",
+            "tenant_streaky",
+            key,
+            2,
+            reason,
+        )
+        listed = run_command(
+            ["schedules", "list", "--json", "--database-url", database_url], tmp_path
+        )
+        assert listed.returncode == 0, listed.stderr
+        (record,) = json.loads(listed.stdout)["schedules"]
+        assert (record["key"], record["paused"], record["pause_reason"]) == (key, True, reason)
+        table = run_command(["schedules", "list", "--database-url", database_url], tmp_path).stdout
+        (line,) = [line for line in table.splitlines() if line.startswith(key)]
+        assert "paused (failures)" in line, table
+        failed = [row for row in run_rows(database_url, "@" + key) if row["status"] == "failed"]
+        assert 2 <= len(failed) <= 3  # a run begun before the pause may end failed
+        assert not _job(database_url, "tenant_streaky").paused, "the schedule alone"
+    finally:
+        schedules.close()
+        code = node.stop()
+    assert code == 0, node.log_path.read_text()[-2000:]

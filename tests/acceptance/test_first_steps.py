@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,8 @@ from scheduler import job
 
 @job(cron="* * * * * *")
 def send_reminders(ctx):
-    pass
+    if ctx.once("first-reminder"):
+        raise RuntimeError("the first reminder fails")
 
 
 @job(cron="0 * * * *")
@@ -118,8 +120,11 @@ def test_run_migrate_says_what_it_did_and_when_each_job_is_next_due(node: Node) 
 
 
 def test_commands_take_a_jobs_short_name_when_it_is_unique(node: Node, app: Path) -> None:
-    short = _command(app, "plan", "send_reminders", "--jobs", "tasks", "--count", "2")
-    full = _command(app, "plan", "tasks.send_reminders", "--jobs", "tasks", "--count", "2")
+    # From a fixed instant: two commands a second apart would plan a per-second job's
+    # periods from two different nows.
+    after = ("--after", "2026-01-01T00:00:00Z", "--count", "2")
+    short = _command(app, "plan", "send_reminders", "--jobs", "tasks", *after)
+    full = _command(app, "plan", "tasks.send_reminders", "--jobs", "tasks", *after)
     assert short.returncode == 0, short.stderr
     assert short.stdout == full.stdout
     both = _command(app, "plan", "report", "--jobs", "tasks,other")
@@ -138,6 +143,72 @@ def test_commands_take_a_jobs_short_name_when_it_is_unique(node: Node, app: Path
     assert unknown.returncode == 2
     assert unknown.stderr.count("\n") == 1
     assert "job 'nothing': name: unknown to this database" in unknown.stderr
+
+
+def _json(app: Path, *args: str) -> Any:
+    done = _command(app, *args, "--json")
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_commands_that_read_history_take_a_short_name_too(node: Node, app: Path) -> None:
+    """`runs --job`, `runs show JOB PERIOD`, `events`, `items` (and `items done|release`)
+    and `check --job` resolve a short name as `pause` does: the first reminder failed
+    (an event) and recorded an item, all under `tasks.send_reminders`."""
+    full = "tasks.send_reminders"
+    node.wait_for(lambda event: event.get("event") == "run_succeeded")
+    runs = _json(app, "runs", "--job", "send_reminders")
+    assert runs, "the job's runs, not an empty table"
+    assert {run["job"] for run in runs} == {full}
+    shown = _json(app, "runs", "show", "send_reminders", runs[-1]["period"])
+    assert (shown["run"]["job"], shown["run"]["id"]) == (full, runs[-1]["id"])
+    events = _json(app, "events", "send_reminders")
+    assert "failed" in {event["kind"] for event in events}
+    assert {event["job"] for event in events} == {full}
+    (item,) = _json(app, "items", "send_reminders")
+    assert (item["job"], item["key"], item["state"]) == (full, "first-reminder", "done")
+    done = _command(app, "items", "done", "send_reminders", "first-reminder")
+    assert done.stdout == f"'first-reminder' of job '{full}' is already done\n", done.stderr
+    checked = _json(app, "check", "--job", "send_reminders")
+    assert checked["jobs"] == 1
+    assert {finding["job"] for finding in checked["findings"]} <= {full}
+    # A job's exact name still reads a job no node registered (run from a shell).
+    triggered = _command(app, "trigger", "cleanup", "--jobs", "other")
+    assert triggered.returncode == 0, triggered.stderr
+    assert {run["job"] for run in _json(app, "runs", "--job", "other.cleanup")} == {"other.cleanup"}
+    # A name nothing answers to is refused in one line, by each of them.
+    for args in (
+        ["runs", "--job", "nothing"],
+        ["runs", "show", "nothing", runs[-1]["period"]],
+        ["events", "nothing"],
+        ["items", "nothing"],
+        ["items", "release", "nothing", "first-reminder"],
+    ):
+        refused = _command(app, *args)
+        assert refused.returncode == 2, args
+        assert refused.stderr == (
+            "error: job 'nothing': name: unknown to this database (no job registered by "
+            "this name or ending so, and no run of it)\n"
+        ), args
+    unchecked = _command(app, "check", "--job", "nothing")
+    assert unchecked.returncode == 2
+    assert unchecked.stderr == "error: --job: no job named 'nothing' has been registered\n"
+    # Once `run-once` registered `other.report` beside `tasks.report`, `report` is
+    # ambiguous: refused in one line naming both.
+    once = _command(app, "run-once", "other.report", "--jobs", "other")
+    assert once.returncode == 0, once.stderr
+    ambiguous = (
+        "error: job 'report': name: 2 jobs end so; give one's full name: other.report,"
+        " tasks.report\n"
+    )
+    for args in (
+        ["runs", "--job", "report"],
+        ["events", "report"],
+        ["items", "report"],
+        ["check", "--job", "report"],
+    ):
+        refused = _command(app, *args)
+        assert (refused.returncode, refused.stderr) == (2, ambiguous), args
 
 
 def test_a_bare_job_decorator_is_refused_in_one_line(app: Path) -> None:

@@ -73,8 +73,12 @@ def test_a_large_instant_is_prepared_ahead_and_claimed_at_its_time(
                 continue
             at, said = _instant(event)
             assert event["periods"] == CROWD
-            # Said ahead of the instant, and not much earlier than PREPARE_AHEAD_S.
-            assert timedelta(0) < at - said <= timedelta(seconds=PREPARE_AHEAD_S) + LATE_WAKE
+            # Taken off ahead of the instant by the node's clock (the database's, which
+            # may stand a few milliseconds off the host's), not earlier than
+            # PREPARE_AHEAD_S; the line itself is written once the threads have started,
+            # so its host timestamp may fall just after the instant on a loaded machine.
+            assert 0 < float(str(event["ahead_s"])) <= PREPARE_AHEAD_S, event
+            assert at - said <= timedelta(seconds=PREPARE_AHEAD_S) + LATE_WAKE, event
             prepared.add(at)
     assert len(prepared) >= INSTANTS
 

@@ -1,6 +1,7 @@
-"""`ctx.previous` on real nodes (issue 44, item 5): two nodes share an every-second job
-on PostgreSQL, one node runs it on SQLite; each run reads the newest earlier period that
-reached an outcome, with what that run checkpointed."""
+"""`ctx.previous` on real nodes (issue 44, item 5): one node, then two sharing an
+every-second job, on PostgreSQL and on SQLite; each run reads the newest earlier period
+that reached an outcome, with what that run checkpointed. Every one of 60 periods,
+exactly, on one node under a virtual clock: tests/integration/test_previous_period_virtual.py."""
 
 from __future__ import annotations
 
@@ -54,6 +55,5 @@ def test_each_run_picks_up_from_the_period_before_it(tmp_path: Path, database_ur
     _picked_up(_lines(tmp_path, database_url, 1), nearest=1.0)
 
 
-@pytest.mark.postgres
-def test_two_nodes_pick_up_from_each_others_periods(tmp_path: Path, postgres_url: str) -> None:
-    _picked_up(_lines(tmp_path, postgres_url, 2), nearest=0.8)
+def test_two_nodes_pick_up_from_each_others_periods(tmp_path: Path, database_url: str) -> None:
+    _picked_up(_lines(tmp_path, database_url, 2), nearest=0.8)

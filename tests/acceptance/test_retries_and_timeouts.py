@@ -1,4 +1,6 @@
-"""Retries with back-off, and timeouts of a function, a coroutine and a child process."""
+"""Retries with back-off, and timeouts of a function, a coroutine and a child process.
+Retries on one SQLite node are tested under a virtual clock instead of a real `run-once`
+sleeping through the back-off: tests/integration/test_retries_virtual.py."""
 
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ def _run_once(tmp_path: Path, database_url: str, job: str, module: str) -> tuple
     return result.returncode, time.monotonic() - began
 
 
-def test_retries_back_off_and_end_failed(tmp_path: Path, database_url: str) -> None:
+@pytest.mark.postgres
+def test_retries_back_off_and_end_failed(tmp_path: Path, postgres_url: str) -> None:
+    database_url = postgres_url
     code, took = _run_once(tmp_path, database_url, "always-fails", "failing")
     assert code == 1
     # Back-off 0.5 s then 1 s (each with up to 25 % jitter) before attempts 2 and 3.

@@ -251,7 +251,7 @@ def test_a_revision_newer_than_this_scheduler_is_one_line(app: Path, url: str) -
             connection.execute("UPDATE scheduler_alembic_version SET version_num = '9999'")
     finally:
         database.dispose()
-    for args in (["migrate", "--check"], ["migrate", "--sql"], ["jobs"]):
+    for args in (["migrate"], ["migrate", "--check"], ["migrate", "--sql"], ["jobs"]):
         refused = scheduler(app, url, *args)
         assert refused.returncode == 2, args
         (line,) = refused.stderr.splitlines()

@@ -5,7 +5,7 @@ not make the next periods `skipped (overlap)`: only a body running when a period
 due may. Running is what the database can know: from the holder's word that the body
 began (`began_at`, written after the function was called) to the outcome's write (a few
 ms after it returns); a skip is justified by an earlier period's run said to have begun
-by the period's instant whose outcome was written after the skip was judged, and whose
+by the period's instant whose outcome committed after the skip was judged, and whose
 body really began before that word. Measured on the old code: 502 periods skipped
 behind nothing running (267 by this reckoning); then 26 in one CI run, behind starts
 whose bodies began seconds after their start's write (the start alone was taken for a
@@ -68,7 +68,7 @@ def _justified(skip: dict[str, Any], bodies: list[Body], runs: dict[Key, dict[st
             run is not None
             and run["began_at"] is not None
             and run["began_at"] <= skip["period"]
-            and run["finished_at"] >= skip["claimed_at"]
+            and run["committed_at"] >= skip["claimed_at"]
             and body.began <= run["began_at"].timestamp()
         ):
             return True
@@ -124,10 +124,14 @@ def test_a_node_frozen_in_its_claim_leaves_no_skip_behind_nothing(
     database = open_database(cluster.url)
     try:
         skipped = rows(database, "scheduler_runs", status="skipped", reason="overlap")
-        runs = {
-            (row["job"], row["period"]): row
-            for row in rows(database, "scheduler_runs", status="succeeded")
-        }
+        # The outcome's commit, not `finished_at` (its statement's start): a claim's
+        # snapshot taken between the two still saw the body running.
+        with database.transaction() as connection:
+            succeeded = connection.execute(
+                "SELECT *, pg_xact_commit_timestamp(xmin) AS committed_at"
+                " FROM scheduler_runs WHERE status = 'succeeded'"
+            ).mappings()
+        runs = {(row["job"], row["period"]): row for row in succeeded}
     finally:
         database.dispose()
     bodies = _bodies(log)

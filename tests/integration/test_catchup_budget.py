@@ -126,7 +126,7 @@ def test_deferred_periods_run_or_skip_at_an_operators_word_each_once(
     second: list[Claim] = []
     other = _node(database, {"spend": budgeted}, second, "node-b")
     first.clear()
-    node.look_for_approved = True
+    node.look_for_deferred = True
     other.run_pass(queries.clock(database))
     node.run_pass(queries.clock(database))
     approved = sorted(claim.period for claim in first + second)
@@ -199,7 +199,7 @@ def test_approved_periods_beyond_a_pass_are_claimed_by_the_next_at_once(
     node.run_pass(queries.clock(database))
     assert Admin(database).run_deferred("spend", oldest=5) == 5
     claimed.clear()
-    node.look_for_approved = True
+    node.look_for_deferred = True
     assert node.run_pass(queries.clock(database)) is True, "more are left"
     assert [claim.period for claim in claimed] == owed[3:5]
     assert node.run_pass(queries.clock(database)) is True

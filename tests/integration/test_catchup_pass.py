@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -15,6 +16,7 @@ from scheduler.states import Origin, RunStatus
 from scheduler.store import jobs as job_rows
 from scheduler.store import periods as period_rows
 from scheduler.store.database import Database
+from scheduler.testing.clock import VirtualClock
 from tests.integration.test_metrics import samples
 from tests.sql import update
 
@@ -107,19 +109,31 @@ def test_a_new_schedule_owes_no_period_before_it_was_deployed(database: Database
 
 def test_every_pause_while_no_node_ran_is_honoured(database: Database) -> None:
     """Paused, resumed, paused and resumed again, all while no node was running: the
-    periods of both pauses are skipped, not just those of the latest."""
+    periods of both pauses are skipped, not just those of the latest. SQLite's clock is
+    this host's, so there the seconds pass on a virtual clock (`scheduler.testing`)
+    instead of in sleeps; PostgreSQL's are real."""
+    clock = None if database.server_clock else VirtualClock(datetime.now(UTC))
+    if clock is not None:
+        database = replace(database, time_source=clock)
+
+    def wait(seconds: float) -> None:
+        if clock is None:
+            time.sleep(seconds)
+        else:
+            clock.set(clock.now + timedelta(seconds=seconds))
+
     every_second = {"sync": job("* * * * * *", name="sync")(lambda: None)}
     catalog.register(database, every_second)
     windows = []
     for _ in range(2):
         assert job_rows.set_paused(database, "sync", paused=True)
         paused_at = database.read_clock()
-        time.sleep(1.5)
+        wait(1.5)
         assert job_rows.set_paused(database, "sync", paused=False)
         windows.append((paused_at, database.read_clock()))
-        time.sleep(1.5)
+        wait(1.5)
     claimed: list[Claim] = []
-    _catch_up(database, every_second, claimed).run_pass(datetime.now(UTC))
+    _catch_up(database, every_second, claimed).run_pass(database.time_source.wall())
     inside = [
         claim.period for claim in claimed for start, end in windows if start <= claim.period < end
     ]

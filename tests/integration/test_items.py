@@ -15,10 +15,16 @@ from sqlalchemy.orm import Session
 
 from scheduler import RunLostError, model
 from scheduler.model import Claim, Due
+from scheduler.node.registration import register
+from scheduler.node.schedule_loop import plan
+from scheduler.registry import job
 from scheduler.run.context import RunContext
-from scheduler.run.items import RunItems
+from scheduler.run.items import RunItems, run_context
+from scheduler.run.job_table import JobTable
+from scheduler.schedules import Schedules
 from scheduler.states import Origin, RunStatus
 from scheduler.store import claims, items, queries, takeover, writes
+from scheduler.store import schedules as stored_schedules
 from scheduler.store.database import Database, open_database
 from tests.sql import rows as table_rows
 
@@ -315,3 +321,48 @@ def test_previous_is_the_newest_earlier_period_that_reached_an_outcome(
     assert (
         _context(database, _claim(database, job="other", period=PERIOD + 9 * day)).previous is None
     )
+
+
+def _tenant_sync(ctx: RunContext, tenant: str) -> None:
+    del ctx, tenant
+
+
+def test_a_schedule_reads_its_own_previous_period(database: Database) -> None:
+    """Two schedules created at run time from one template, their periods interleaved
+    (keys `tenant-1` and `tenant-10`), and runs under the template's own name: each run
+    a fire pass claimed for a schedule reads its own schedule's previous period and
+    checkpoint, never its sibling's nor the template's, even when theirs are newer."""
+    jobs = {"tenant_sync": job(cron=None, name="tenant_sync")(_tenant_sync)}
+    register(database, jobs)
+    with database.transaction() as connection:
+        start = stored_schedules.clock(connection).replace(microsecond=0) - timedelta(seconds=150)
+    periods = {"tenant-1": [0, 60, 120], "tenant-10": [20, 80, 140]}  # seconds after start
+    for key, offsets in periods.items():
+        first = start + timedelta(seconds=offsets[0])
+        Schedules(database).create(key, "tenant_sync", every=60, start=first, args={"tenant": key})
+        with database.transaction() as connection:  # due since its first period, unfired
+            connection.execute(
+                "UPDATE scheduler_schedules SET next_due_at = :first WHERE key = :key",
+                {"first": first, "key": key},
+            )
+    for seconds in (-10, 130):  # the template's own name, before and between the schedules'
+        ran = _claim(database, job="tenant_sync", period=start + timedelta(seconds=seconds))
+        _context(database, ran).checkpoint({"job": "tenant_sync"})
+        assert writes.finish(database, ran, RunStatus.SUCCEEDED, 1)
+    table = JobTable(jobs, database)
+    fired = stored_schedules.fire(
+        database, "a", list(jobs), lambda row, now, connection: plan(table, row, now)
+    )
+    read: dict[str, list[object]] = {}
+    for claim in sorted(fired.result.won, key=lambda claim: claim.period):
+        assert writes.start(database, claim) is model.Started.STARTED
+        context = run_context(claim, node="a", database=database, log=structlog.get_logger())
+        previous = context.previous
+        read.setdefault(claim.job, []).append(previous and (previous.period, previous.checkpoint))
+        context.checkpoint({"job": claim.job})
+        assert writes.finish(database, claim, RunStatus.SUCCEEDED, 1)
+    assert read == {
+        f"@{key}": [None]
+        + [(start + timedelta(seconds=seconds), {"job": f"@{key}"}) for seconds in offsets[:-1]]
+        for key, offsets in periods.items()
+    }

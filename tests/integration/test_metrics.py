@@ -13,7 +13,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler import metrics
+from scheduler.node.registration import register
 from scheduler.policy import Pool as PoolLimits
+from scheduler.registry import job
+from scheduler.schedules import Schedules
 from scheduler.states import Origin
 from scheduler.store import concurrency
 from scheduler.store.database import Database, parse_database_url
@@ -168,6 +171,39 @@ def test_per_job_gauges_start_at_zero_for_every_registered_job(watched: Database
         ) == expected, name
     (build,) = [labels for name, labels in found if name == "scheduler_build_info"]
     assert dict(build)["version"] == "0.1.0"
+
+
+def test_a_schedules_deferred_periods_count_under_its_template(watched: Database) -> None:
+    """A schedule created at run time (`@<key>`) has no series of its own: its periods
+    deferred by the budget (waiting or approved) count under the job its row names."""
+    template = job(cron=None, name="tenant_budgeted", catchup_budget="3/1h")(lambda tenant: None)
+    register(watched, {"tenant_budgeted": template})
+    schedules = Schedules(watched)
+    for key in ("t1", "t2"):
+        schedules.create(key, "tenant_budgeted", every=60, args={"tenant": key})
+    now = seed.now()
+    period = datetime(2026, 1, 1, tzinfo=UTC)
+    for job_name, minutes, reason in (
+        ("@t1", 0, "budget"),
+        ("@t1", 1, "budget"),
+        ("@t1", 2, "approved"),
+        ("@t1", 3, "paced"),  # runs by itself at the budget's pace: not counted
+        ("@t2", 0, "budget"),
+        ("@gone", 0, "budget"),  # no schedule row left: no template to count it under
+    ):
+        seed.add_run(
+            watched,
+            job_name,
+            period + timedelta(minutes=minutes),
+            "deferred",
+            reason=reason,
+            finished_at=now,
+            origin="catchup",
+        )
+    found = samples()
+    assert found[("scheduler_deferred_periods", (("job", "tenant_budgeted"),))] == 4
+    labels = {dict(labels).get("job") for name, labels in found if "deferred" in name}
+    assert labels == {"tenant_budgeted"}, "never a series per schedule"
 
 
 def test_each_pool_has_its_limit_running_and_waiting_gauges(watched: Database) -> None:

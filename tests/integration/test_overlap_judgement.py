@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduler.model import Due, NodeIdentity, Started
-from scheduler.states import Reason, RunStatus
+from scheduler.states import Origin, Reason, RunStatus
 from scheduler.store import claims, nodes, writes
 from scheduler.store.database import Database
 from tests.sql import began_at, rows, update
@@ -139,3 +139,29 @@ def test_behind_late_work_one_period_waits_and_the_next_is_skipped(database: Dat
     after = claims.claim(database, [Due("sync", NEXT + timedelta(seconds=1), 30)], "node-b")
     assert after.won == []
     assert len(after.skipped) == 1
+
+
+def test_behind_retaken_periods_waiting_their_turn_the_next_period_waits(
+    database: Database,
+) -> None:
+    """A restarted node retook its predecessor's claims (attempt 2, waiting their turn)
+    and caught up a period missed while it was down, one of them running: all of it is
+    the scheduler's own late work, so the period due next waits behind it and only the
+    one after that is skipped (the crash-loop acceptance test saw it skipped at once)."""
+    backlog = [PERIOD - timedelta(seconds=n) for n in (4, 3, 2)]
+    held = claims.claim(database, [Due("sync", p, 30, overlap_limit=None) for p in backlog], "a")
+    (missed,) = claims.claim(
+        database, [Due("sync", PERIOD, 30, overlap_limit=None, origin=Origin.CATCHUP)], "a"
+    ).won
+    with database.transaction() as connection:
+        for claim in held.won:
+            update(connection, "scheduler_runs", {"id": claim.id}, attempt=2)
+    assert writes.start(database, replace(held.won[0], attempt=2), in_turn=True) is Started.STARTED
+    began_at(database, held.won[0].id, backlog[0])
+    assert missed.origin is Origin.CATCHUP
+    on_time = claims.claim(database, [Due("sync", NEXT, 30)], "node-b")
+    assert on_time.skipped == [], "skipped behind the scheduler's own late work"
+    assert len(on_time.won) == 1
+    after = claims.claim(database, [Due("sync", NEXT + timedelta(seconds=1), 30)], "node-b")
+    assert after.won == []
+    assert [after.reasons[claim.id] for claim in after.skipped] == [Reason.OVERLAP]

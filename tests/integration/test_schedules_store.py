@@ -48,7 +48,7 @@ def _now(database: Database) -> datetime:
 
 def _pass(database: Database, node: str = "a") -> stored.Pass:
     table = JobTable(JOBS, database)
-    return stored.fire(database, node, list(JOBS), lambda row, now: plan(table, row, now))
+    return stored.fire(database, node, list(JOBS), lambda row, now, _: plan(table, row, now))
 
 
 def _runs(database: Database) -> list[dict[str, Any]]:
@@ -138,10 +138,13 @@ def test_passes_at_once_claim_every_period_once_and_lose_none(
     postgres_database: Database, postgres_schedules: Schedules
 ) -> None:
     database, schedules = postgres_database, postgres_schedules
-    start = _now(database).replace(microsecond=0) - timedelta(seconds=20)
+    # Every minute, from four minutes ago: five periods due, the next a minute away, so
+    # that a slow machine's passes cannot reach it (every 5 s, a pass that took longer
+    # than 5 s under load found the rows due again).
+    start = _now(database).replace(microsecond=0) - timedelta(minutes=4)
     for n in range(600):
         schedules.create(
-            f"tenant-{n}:tick", "tenant_report", every=5, start=start, args={"tenant": n}
+            f"tenant-{n}:tick", "tenant_report", every=60, start=start, args={"tenant": n}
         )
     _due_from(database, start)
     taken: list[list[str]] = []
@@ -167,10 +170,10 @@ def test_passes_at_once_claim_every_period_once_and_lose_none(
     runs = _runs(database)
     assert len({(run["job"], run["period"]) for run in runs}) == len(runs)
     per_schedule = Counter(run["job"] for run in runs)
-    # start, +5 … +20: five periods each, none missing, none twice.
+    # start, +1 … +4 minutes: five periods each, none missing, none twice.
     assert set(per_schedule.values()) == {5}
     rows = {row["key"]: row for row in table_rows(database, "scheduler_schedules")}
-    assert {row["next_due_at"] for row in rows.values()} == {start + timedelta(seconds=25)}
+    assert {row["next_due_at"] for row in rows.values()} == {start + timedelta(minutes=5)}
 
 
 def test_a_schedule_being_deleted_is_passed_over_and_fires_nothing_once_deleted(

@@ -132,3 +132,15 @@ def test_a_fleet_budget_holds_beside_the_jobs_own() -> None:
     assert alone.run == recent[:1]
     assert alone.waiting == recent[1:4]
     assert alone.next_start == NOW + timedelta(minutes=30)
+
+
+def test_a_fleet_budget_alone_is_kept_past_the_cap_on_a_pass() -> None:
+    """With no budget of its own, a job whose missing periods outnumber its cap on a pass
+    (`catchup_limit`) still starts them under the fleet's budget, one at its pace: the
+    cap must not hand the whole pass to the runner before the budget is applied."""
+    fleet = CatchupBudget(runs=4, per=timedelta(hours=2))
+    result = plan(HOURS[-10:], NOW, Policy(catchup_limit=5), fleet=(fleet, Spent()))
+    assert result.run == HOURS[-10:-9], "one start now, at the fleet's pace"
+    assert result.waiting == HOURS[-9:-6]
+    assert result.deferred == HOURS[-6:]
+    assert not result.capped

@@ -1,6 +1,6 @@
 """The docs' configuration reference (docs/reference/configuration.md) and command list
 (docs/reference/cli.md) agree with the CLI's own click definitions: every option of every
-command, its variable and its default."""
+command, its variable and its default, and each row says what its option does."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Row:
         )
 
 
-HEADER = ["flag", "variable", "default", "commands"]
+HEADER = ["flag", "variable", "default", "commands", "what it does"]
 
 
 def _tables(text: str) -> list[list[list[str]]]:
@@ -95,8 +95,8 @@ def _table(rows: set[Row]) -> str:
     def order(row: Row) -> tuple[bool, str]:
         return (not row.envvars, min(row.flags))
 
-    lines = ["| flag | variable | default | commands |", "| --- | --- | --- | --- |"]
-    return "\n".join(lines + [row.markdown() for row in sorted(rows, key=order)])
+    lines = [f"| {' | '.join(HEADER)} |", "| --- " * len(HEADER) + "|"]
+    return "\n".join(lines + [f"{row.markdown()} … |" for row in sorted(rows, key=order)])
 
 
 def test_every_option_is_documented_with_its_variable_and_default() -> None:
@@ -109,6 +109,18 @@ def test_every_option_is_documented_with_its_variable_and_default() -> None:
         f"In the docs but not the CLI:\n  {stale or '-'}\n"
         f"The table the CLI defines:\n{_table(actual)}"
     )
+
+
+def test_every_option_says_what_it_does() -> None:
+    """The last column is a sentence of its own, not a dash nor the flag again."""
+    tables = [table for table in _tables(CONFIGURATION.read_text()) if table[0] == HEADER]
+    assert len(tables) == 1, f"{CONFIGURATION.name} needs one table headed | {' | '.join(HEADER)} |"
+    vague = [
+        cells[0]
+        for cells in tables[0][1:]
+        if len(cells) != len(HEADER) or len(re.sub(r"`[^`]*`", "", cells[-1]).split()) < 3
+    ]
+    assert not vague, f"{CONFIGURATION.name}: these rows do not say what the option does: {vague}"
 
 
 def test_every_variable_is_scheduler_prefixed_and_means_one_thing() -> None:

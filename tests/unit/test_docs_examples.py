@@ -1,4 +1,5 @@
-"""The docs' examples (docs/tutorial/two-replicas.md) show what this version does."""
+"""The docs' examples (docs/tutorial/two-replicas.md, docs/how-to/django.md) show what this
+version does."""
 
 from __future__ import annotations
 
@@ -14,3 +15,9 @@ TUTORIAL = (Path(__file__).parents[2] / "docs" / "tutorial" / "two-replicas.md")
 def test_the_compose_log_shows_the_head_revision() -> None:
     migrated = re.findall(r'"after": "(\w+)", "event": "schema_migrated"', TUTORIAL)
     assert migrated == [head_revision()], "update the Compose example's schema_migrated line"
+
+
+def test_the_django_guides_migrate_output_shows_the_head_revision() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "how-to" / "django.md").read_text()
+    shown = re.findall(r"Scheduler tables: upgraded from None to (\w+)", guide)
+    assert shown == [head_revision()], "update the Django guide's manage.py migrate output"

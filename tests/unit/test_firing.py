@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduler import firing
+from scheduler.model import Spent
 from scheduler.policy import Catchup, CatchupBudget, Policy
 from scheduler.states import Origin, Reason
 from scheduler.triggers import Trigger, parse_trigger
@@ -151,13 +152,70 @@ def test_jitter_delays_each_period_and_lateness_counts_from_the_delayed_instant(
     assert latest.run[0] == (T0 + MINUTE, Origin.CATCHUP)
 
 
-def test_a_template_jobs_catch_up_budget_does_not_skip_a_schedules_late_periods() -> None:
-    """The budget paces and defers the catch-up of code-declared jobs; a schedule created
-    at run time has no watermark to keep periods waiting behind, so its late periods
-    follow the catch-up policy as without a budget, none recorded skipped for it."""
+BUDGET = CatchupBudget(3, timedelta(hours=1))  # one start each 20 minutes
+
+
+def test_a_budget_starts_the_oldest_late_period_paces_its_share_and_defers_the_rest() -> None:
+    """Ten minutes of an every-minute schedule owed: under a budget of 3 an hour the
+    oldest starts now, two wait their pace, the rest wait for an operator; the periods
+    within LATE_AFTER are live and run as ever, and the cursor moves past them all."""
     state = firing.start(_every(1), T0)
     now = T0 + 10 * MINUTE
-    budgeted = firing.fire(state, now, Policy(catchup_budget=CatchupBudget(2, timedelta(hours=1))))
-    free = firing.fire(state, now, Policy())
-    assert budgeted.run == free.run
-    assert budgeted.skip == []
+    fired = firing.fire(
+        state, now, Policy(catchup_budget=BUDGET), spending=lambda: firing.Spending(own=Spent())
+    )
+    late = [T0 + n * MINUTE for n in range(1, 10) if now - T0 - n * MINUTE > firing.LATE_AFTER]
+    assert fired.run[0] == (late[0], Origin.CATCHUP)
+    assert fired.paced == late[1:3]
+    assert fired.deferred == late[3:]
+    assert [p for p, origin in fired.run if origin is Origin.SCHEDULE] == [
+        T0 + 9 * MINUTE,
+        T0 + 10 * MINUTE,
+    ], "live periods are not held behind the catch-up"
+    assert fired.skip == []
+    assert fired.missed == []
+    assert fired.state is not None
+    assert fired.state.next_due == T0 + 11 * MINUTE
+
+
+def test_periods_already_waiting_their_pace_start_first() -> None:
+    """Two of the schedule's periods wait (counted as spent): one start is left, and it
+    queues behind them instead of starting now."""
+    state = firing.start(_every(1), T0)
+    now = T0 + 10 * MINUTE
+    waiting = firing.Spending(own=Spent(runs=2), waiting=True)
+    fired = firing.fire(state, now, Policy(catchup_budget=BUDGET), spending=lambda: waiting)
+    assert [origin for _, origin in fired.run] == [Origin.SCHEDULE, Origin.SCHEDULE]
+    assert fired.paced == [T0 + MINUTE]
+    assert fired.deferred == [T0 + n * MINUTE for n in range(2, 9)]
+
+
+def test_a_fleet_budget_paces_a_schedule_without_a_budget_of_its_own() -> None:
+    state = firing.start(_every(1), T0)
+    now = T0 + 10 * MINUTE
+    fleet = (CatchupBudget(2, timedelta(hours=1)), Spent(runs=1, last=now - MINUTE))
+    fired = firing.fire(state, now, Policy(), spending=lambda: firing.Spending(fleet=fleet))
+    assert [origin for _, origin in fired.run] == [Origin.SCHEDULE, Origin.SCHEDULE]
+    assert fired.paced == [T0 + MINUTE], "one start left in the fleet's, not yet at its pace"
+    assert fired.deferred == [T0 + n * MINUTE for n in range(2, 9)]
+
+
+def test_a_budget_is_not_read_for_periods_on_time_nor_for_latest_or_none() -> None:
+    """The budget is read only when late periods are to run under `all`: a schedule
+    firing on time costs no read, and `latest` and `none` plan as without a budget."""
+
+    def unread() -> firing.Spending:
+        raise AssertionError("the budget was read")
+
+    state = firing.start(_every(1), T0)
+    on_time = firing.fire(state, T0 + MINUTE, Policy(catchup_budget=BUDGET), spending=unread)
+    assert on_time.run == [(T0 + MINUTE, Origin.SCHEDULE)]
+    assert on_time.paced == []
+    assert on_time.deferred == []
+    now = T0 + 10 * MINUTE
+    latest = firing.fire(
+        state, now, Policy(catchup=Catchup.LATEST, catchup_budget=BUDGET), spending=unread
+    )
+    assert (T0 + 8 * MINUTE, Origin.CATCHUP) in latest.run
+    assert latest.paced == []
+    assert latest.deferred == []

@@ -5,7 +5,12 @@ docs/, which `mkdocs build --strict` checks."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
+
+import yaml
+
+from tests import dockerfile
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -28,6 +33,37 @@ def test_the_headline_says_what_can_run_again() -> None:
     head = README[: README.index("\n## ")]
     for words in ("at most once", "next attempt", "at-least-once", "`ctx.once`"):
         assert words in head, words
+
+
+def _summaries() -> dict[str, str]:
+    """Each place that says in one sentence what the scheduler promises."""
+    first = README[README.index("\n\n") + 2 :]
+    label = " ".join(item.text for item in dockerfile.parse()[-1].all("LABEL"))
+    described = re.search(r'org\.opencontainers\.image\.description="([^"]*)"', label)
+    assert described, "the image has a description label"
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {
+        "README's first sentence": first[: first.index("**;") + 3],
+        "pyproject description (PyPI's summary)": pyproject["project"]["description"],
+        "Dockerfile image description": described.group(1),
+        "mkdocs.yml site_description": site["site_description"],
+    }
+
+
+def test_every_one_line_summary_says_exactly_what_holds() -> None:
+    """Not the bare "at most once across replicas": a body runs to completion at most
+    once, one whose node died runs again as its next attempt, and effects through
+    `ctx.once` happen exactly once."""
+    for where, text in _summaries().items():
+        plain = " ".join(text.replace("*", "").replace("`", "").split())
+        for words in (
+            "runs to completion at most once",
+            "node died mid-run runs again as",
+            "next attempt",
+            "effects through ctx.once happen exactly once",
+        ):
+            assert words in plain, (where, words)
 
 
 def test_the_two_commands_are_there_as_they_run() -> None:
