@@ -10,7 +10,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,21 @@ def _until_started(rows: Callable[[], list[dict[str, Any]]], count: int) -> None
         time.sleep(0.2)
 
 
+def _last_period(url: str, job: str) -> datetime:
+    """The newest period of the job that has a row (or, with none, when the job was
+    first seen): every period after it is owed."""
+    periods = [row["period"] for row in run_rows(url, job)]
+    if periods:
+        return max(periods)
+    database = open_database(url)
+    try:
+        [registered] = rows(database, "scheduler_jobs", name=job)
+    finally:
+        database.dispose()
+    first_seen: datetime = registered["first_seen"]
+    return first_seen
+
+
 def _executions(log: Path) -> Counter[str]:
     return Counter(line.split()[0] for line in log.read_text().splitlines())
 
@@ -83,7 +98,9 @@ def test_an_outage_starts_the_budget_paced_and_defers_the_rest_until_an_operator
     for node in _nodes(tmp_path, url, names, log):
         time.sleep(1.5)
         assert node.stop() == 0
-    down = datetime.now(UTC)
+    # The newest period with a row: every later one is owed (the clock taken after the
+    # stop can already be past the first owed period, which would leave it out).
+    down = _last_period(url, "budgeted")
     time.sleep(12)  # a dozen periods owed
     nodes = _nodes(tmp_path, url, names, log)
     pacer = _first_to(nodes, "catchup_claimed")
@@ -201,7 +218,7 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
     fleet = {"SCHEDULER_CATCHUP_BUDGET": "3/9s"}
     for node in _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet):
         assert node.stop() == 0
-    down = datetime.now(UTC)
+    down = {name: _last_period(postgres_url, name) for name in ("fleet-north", "fleet-south")}
     # Longer than the budget's window: a catch-up run the first nodes claimed as they
     # started (the second after registering) no longer counts against it.
     time.sleep(12)
@@ -212,7 +229,7 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
             row
             for name in ("fleet-north", "fleet-south")
             for row in run_rows(postgres_url, name)
-            if row["period"] > down and row["origin"] == Origin.CATCHUP
+            if row["period"] > down[name] and row["origin"] == Origin.CATCHUP
         ]
 
     # The third start is due 6 s after the first; a loaded machine may start it later,
@@ -225,7 +242,7 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
     for node in nodes:
         assert node.stop() == 0
     rows_of = {
-        name: [row for row in run_rows(postgres_url, name) if row["period"] > down]
+        name: [row for row in run_rows(postgres_url, name) if row["period"] > down[name]]
         for name in ("fleet-north", "fleet-south")
     }
     caught = caught_since_down()
