@@ -64,7 +64,7 @@ def _until_started(rows: Callable[[], list[dict[str, Any]]], count: int) -> None
 def _last_period(url: str, job: str) -> datetime:
     """The newest period of the job that has a row (or, with none, when the job was
     first seen): every period after it is owed."""
-    periods = [row["period"] for row in run_rows(url, job)]
+    periods: list[datetime] = [row["period"] for row in run_rows(url, job)]
     if periods:
         return max(periods)
     database = open_database(url)
