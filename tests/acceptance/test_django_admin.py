@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.acceptance.django_project import manage
 
 # Run by `manage.py shell`: seeds the scheduler's tables, then drives the admin with
@@ -138,10 +140,15 @@ def _answers(output: str) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_admin_shows_the_scheduler_read_only_and_acts_with_the_permission(
-    tmp_path: Path,
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    url = (
+        f"sqlite:///{tmp_path / 'db.sqlite3'}"
+        if backend == "sqlite"
+        else request.getfixturevalue("empty_postgres_url")
+    )
     migrated = manage(url, "migrate", "--no-input")
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
     shell = manage(url, "shell", "-c", SCRIPT)
