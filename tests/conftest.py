@@ -31,6 +31,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="how long the fault soak injects faults and settles (default 3)",
     )
     group.addoption(
+        "--soak-burners",
+        type=int,
+        default=0,
+        help="processes that spin on the CPU for the whole soak, so that every node,"
+        " proxy and the server compete for it (default 0)",
+    )
+    group.addoption(
         "--soak-seed",
         type=int,
         default=None,

@@ -3,8 +3,9 @@ plan of faults (SIGKILL, SIGTERM, SIGSTOP, a node's proxy cut or black-holed,
 pg_terminate_backend of everything, a server restart), a quiet settle, then the checker
 (`tests.soak.checker`) over the ledger, the tables, the logs and the fault log.
 
-`--soak-minutes N` (default 3) and `--soak-seed S` (default random); the seed and the
-command that replays its plan are printed first, pass or fail. Deselect with
+`--soak-minutes N` (default 3), `--soak-seed S` (default random) and `--soak-burners K`
+(default 0: K processes spin on the CPU throughout, a machine short of CPU); the seed
+and the command that replays its plan are printed first, pass or fail. Deselect with
 `-m "not soak"`.
 """
 
@@ -14,8 +15,12 @@ import math
 import pickle
 import random
 import shlex
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,8 +45,21 @@ NODES = ("soak-1", "soak-2", "soak-3")
 SHOWN_FINDINGS = 40
 
 
+@contextmanager
+def cpu_burners(count: int) -> Iterator[None]:
+    """`count` processes that spin on the CPU until the block ends."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
 def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> None:
     minutes = float(request.config.getoption("--soak-minutes"))
+    burners = int(request.config.getoption("--soak-burners"))
     seed = request.config.getoption("--soak-seed")
     if seed is None:
         seed = random.SystemRandom().randrange(1, 2**31)
@@ -55,16 +73,18 @@ def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> N
             str(seed),
             "--soak-minutes",
             f"{minutes:g}",
+            *(["--soak-burners", str(burners)] if burners else []),
         ]
     )
-    head = f"soak seed {seed} ({minutes:g} min); replay: {replay}"
+    burning = f", {burners} CPU burner(s)" if burners else ""
+    head = f"soak seed {seed} ({minutes:g} min{burning}); replay: {replay}"
     plan = make_plan(seed, minutes, NODES)
     with capsys.disabled():
         print(f"\n{head}\n{plan.describe()}", flush=True)
 
     ledger_path = tmp_path / "ledger.jsonl"
     done: list[str] = []
-    with throwaway_cluster() as cluster:
+    with cpu_burners(burners), throwaway_cluster() as cluster:
         create_items_table(cluster.url)
         fleet = Fleet(cluster, tmp_path, ledger_path, plan)
         try:
