@@ -27,17 +27,17 @@ from django.db import connection, connections, transaction
 
 from scheduler import call_hooks, model
 from scheduler.django.connections import fresh_connections
-from scheduler.model import Claim, Due
+from scheduler.model import Due
 from scheduler.registry import job
 from scheduler.run.calling import call
 from scheduler.run.context import RunContext
 from scheduler.run.executors import ThreadExecutor
-from scheduler.run.items import RunItems
 from scheduler.schedules import Schedules
 from scheduler.states import Origin, RunStatus
 from scheduler.store import claims, writes
 from scheduler.store.database import Database, open_database
 from tests.databases import postgres_database
+from tests.integration.contexts import context_for
 from tests.sql import rows
 
 pytestmark = pytest.mark.postgres
@@ -98,20 +98,7 @@ def database(alias: str, scheduler_urls: dict[str, str]) -> Iterator[Database]:
 def _context(database: Database, period: datetime = PERIOD) -> RunContext:
     (claim,) = claims.claim(database, [Due("billing", period, 30, overlap_limit=None)], "a").won
     assert writes.start(database, claim) is model.Started.STARTED
-    return _context_of(database, claim)
-
-
-def _context_of(database: Database, claim: Claim) -> RunContext:
-    return RunContext(
-        job=claim.job,
-        period=claim.period,
-        run_id=claim.id,
-        attempt=claim.attempt,
-        node=claim.holder,
-        origin=Origin.SCHEDULE,
-        log=structlog.get_logger("test"),
-        run_items=RunItems(database, claim),
-    )
+    return context_for(database, claim)
 
 
 def _invoice(alias: str, customer: str, n: int) -> None:

@@ -8,17 +8,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import structlog
 from sqlalchemy import func, insert, select
 
 from jobs import app, cleanup, invoicing
 from scheduler import model
 from scheduler.model import Claim, Due
 from scheduler.run.context import RunContext
-from scheduler.run.items import RunItems
 from scheduler.states import Origin, RunStatus
 from scheduler.store import claims, items, queries, takeover, writes
 from scheduler.store.database import Database
+from tests.integration.contexts import context_for
 
 NOVEMBER = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)
 
@@ -31,19 +30,6 @@ def app_database(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator
     yield
     app.engine().dispose()
     app.engine.cache_clear()
-
-
-def _context(database: Database, claim: Claim) -> RunContext:
-    return RunContext(
-        job=claim.job,
-        period=claim.period,
-        run_id=claim.id,
-        attempt=claim.attempt,
-        node=claim.holder,
-        origin=claim.origin,
-        log=structlog.get_logger("test"),
-        run_items=RunItems(database, claim),
-    )
 
 
 def _first_attempt(database: Database, job: str, period: datetime) -> Claim:
@@ -76,12 +62,12 @@ def test_invoicing_bills_and_mails_each_customer_once_across_a_failed_attempt(
     monkeypatch.setattr(invoicing, "send_invoice_email", mailer)
     claim = _first_attempt(database, "invoicing", NOVEMBER)
     with pytest.raises(ConnectionError):
-        invoicing.invoicing(_context(database, claim))
+        invoicing.invoicing(context_for(database, claim))
     row = queries.run_mapping(database, "invoicing", NOVEMBER)
     assert row is not None
     assert row["checkpoint"] == '{"after": 100}'
 
-    invoicing.invoicing(_context(database, _next_attempt(database, claim)))
+    invoicing.invoicing(context_for(database, _next_attempt(database, claim)))
     row = queries.run_mapping(database, "invoicing", NOVEMBER)
     assert row is not None
     assert row["checkpoint"] == '{"after": 250}'
@@ -111,7 +97,7 @@ def test_cleanup_deletes_the_sessions_expired_by_its_period(database: Database) 
                 for n in range(1300)
             ],
         )
-    cleanup.cleanup(_context(database, _first_attempt(database, "cleanup", night)))
+    cleanup.cleanup(context_for(database, _first_attempt(database, "cleanup", night)))
     with engine.connect() as connection:
         left = connection.execute(select(func.min(app.sessions.c.expires_at))).scalar_one()
         count = connection.execute(select(func.count()).select_from(app.sessions)).scalar_one()

@@ -26,6 +26,7 @@ from scheduler.states import Origin, RunStatus
 from scheduler.store import claims, items, queries, takeover, writes
 from scheduler.store import schedules as stored_schedules
 from scheduler.store.database import Database, open_database
+from tests.integration.contexts import context_for
 from tests.sql import rows as table_rows
 
 PERIOD = datetime(2026, 11, 1, tzinfo=UTC)
@@ -44,19 +45,6 @@ def _claim(
     (claim,) = claims.claim(database, [Due(job, period, 30, overlap_limit=None)], node).won
     assert writes.start(database, claim) is model.Started.STARTED
     return claim
-
-
-def _context(database: Database, claim: Claim) -> RunContext:
-    return RunContext(
-        job=claim.job,
-        period=claim.period,
-        run_id=claim.id,
-        attempt=claim.attempt,
-        node=claim.holder,
-        origin=Origin.SCHEDULE,
-        log=structlog.get_logger("test"),
-        run_items=RunItems(database, claim),
-    )
 
 
 def _next_attempt(database: Database, claim: Claim, node: str = "b") -> Claim:
@@ -81,8 +69,8 @@ def _app_engine(database_url: str):  # the job's own engine, not the scheduler's
 
 
 def test_once_answers_true_to_the_first_claimant_only(database: Database) -> None:
-    first = _context(database, _claim(database))
-    later = _context(database, _claim(database, period=PERIOD + timedelta(days=30), node="b"))
+    first = context_for(database, _claim(database))
+    later = context_for(database, _claim(database, period=PERIOD + timedelta(days=30), node="b"))
     assert first.once("invoice:42") is True
     assert first.once("invoice:42") is False
     assert later.once("invoice:42") is False
@@ -96,7 +84,7 @@ def test_once_answers_true_to_the_first_claimant_only(database: Database) -> Non
     )
     assert row["period"] == PERIOD
     # Another job has keys of its own.
-    other = _context(database, _claim(database, job="mailing"))
+    other = context_for(database, _claim(database, job="mailing"))
     assert other.once("invoice:42") is True
 
 
@@ -128,7 +116,7 @@ def test_contending_runs_claim_each_key_once(database_url: str, database: Databa
 def test_the_record_commits_and_rolls_back_with_the_jobs_transaction(
     database_url: str, database: Database
 ) -> None:
-    ctx = _context(database, _claim(database))
+    ctx = context_for(database, _claim(database))
     engine = _app_engine(database_url)
     try:
         with engine.connect() as connection:
@@ -156,14 +144,14 @@ def test_the_record_commits_and_rolls_back_with_the_jobs_transaction(
 
 
 def test_connection_must_be_sqlalchemy(database: Database) -> None:
-    ctx = _context(database, _claim(database))
+    ctx = context_for(database, _claim(database))
     with pytest.raises(TypeError, match="connection= takes a SQLAlchemy Connection or Session"):
         ctx.once("k", connection=object())
 
 
 def test_item_is_done_after_the_block_and_released_when_it_raises(database: Database) -> None:
     claim = _claim(database)
-    ctx = _context(database, claim)
+    ctx = context_for(database, claim)
     with ctx.item("mail:1") as fresh:
         assert fresh is True
         assert _item_rows(database)["mail:1"]["state"] == "claimed"
@@ -181,7 +169,7 @@ def test_item_is_done_after_the_block_and_released_when_it_raises(database: Data
         send_and_fail()
     assert "mail:2" not in _item_rows(database)
 
-    retry = _context(database, _next_attempt(database, claim))
+    retry = context_for(database, _next_attempt(database, claim))
     with retry.item("mail:2") as fresh:
         assert fresh is True
     row = _item_rows(database)["mail:2"]
@@ -190,7 +178,7 @@ def test_item_is_done_after_the_block_and_released_when_it_raises(database: Data
 
 def test_a_run_that_is_no_longer_ours_claims_and_checkpoints_nothing(database: Database) -> None:
     claim = _claim(database)
-    stale = _context(database, claim)
+    stale = context_for(database, claim)
     _next_attempt(database, claim)
     with pytest.raises(RunLostError, match="no longer held by attempt 1"):
         stale.once("k")
@@ -203,13 +191,13 @@ def test_a_run_that_is_no_longer_ours_claims_and_checkpoints_nothing(database: D
 
 def test_a_checkpoint_is_read_by_the_next_attempt(database: Database) -> None:
     claim = _claim(database)
-    first = _context(database, claim)
+    first = context_for(database, claim)
     assert first.last_checkpoint is None
     first.checkpoint({"next": 3, "customers": ["a", "b"]})
     first.checkpoint({"next": 4, "customers": ["a", "b"]})
     # What earlier attempts left, not what this attempt wrote since.
     assert first.last_checkpoint is None
-    second = _context(database, _next_attempt(database, claim))
+    second = context_for(database, _next_attempt(database, claim))
     assert second.last_checkpoint == {"next": 4, "customers": ["a", "b"]}
     second.checkpoint([1, 2])
     assert second.last_checkpoint == {"next": 4, "customers": ["a", "b"]}
@@ -217,7 +205,7 @@ def test_a_checkpoint_is_read_by_the_next_attempt(database: Database) -> None:
     assert row is not None
     assert row["checkpoint"] == "[1, 2]"
     # Another period starts with nothing.
-    other = _context(database, _claim(database, period=PERIOD + timedelta(days=1)))
+    other = context_for(database, _claim(database, period=PERIOD + timedelta(days=1)))
     assert other.last_checkpoint is None
 
 
@@ -233,7 +221,7 @@ def test_a_checkpoint_that_is_not_json_is_refused(
     database: Database, value: object, detail: str
 ) -> None:
     claim = _claim(database)
-    ctx = _context(database, claim)
+    ctx = context_for(database, claim)
     with pytest.raises(TypeError, match=rf"job 'billing': checkpoint: .*{detail}"):
         ctx.checkpoint(value)
     row = queries.run_mapping(database, claim.job, claim.period)
@@ -242,7 +230,7 @@ def test_a_checkpoint_that_is_not_json_is_refused(
 
 
 def test_bad_keys_and_a_context_without_database_are_clear_errors(database: Database) -> None:
-    ctx = _context(database, _claim(database))
+    ctx = context_for(database, _claim(database))
     for bad in ("", "x" * 501, 42):
         with pytest.raises(ValueError, match="job 'billing': item key: must be a non-empty string"):
             ctx.once(bad)  # type: ignore[arg-type]
@@ -253,7 +241,7 @@ def test_bad_keys_and_a_context_without_database_are_clear_errors(database: Data
 
 def test_operators_see_stuck_items_and_settle_them(database: Database) -> None:
     claim = _claim(database)
-    ctx = _context(database, claim)
+    ctx = context_for(database, claim)
     assert ctx.once("sent")
     holder = ctx.item("in-flight")
     assert holder.__enter__() is True  # the block has begun; the attempt still runs
@@ -289,8 +277,8 @@ def test_previous_is_the_newest_earlier_period_that_reached_an_outcome(
     its status, and a later period's own checkpoint is never read."""
     day = timedelta(days=1)
     first = _claim(database)
-    assert _context(database, first).previous is None
-    _context(database, first).checkpoint({"synced_to": "2026-11-01"})
+    assert context_for(database, first).previous is None
+    context_for(database, first).checkpoint({"synced_to": "2026-11-01"})
     assert writes.finish(database, first, RunStatus.SUCCEEDED, 5)
     failed = _claim(database, period=PERIOD + day)
     assert writes.finish(database, failed, RunStatus.FAILED, 5)
@@ -300,8 +288,8 @@ def test_previous_is_the_newest_earlier_period_that_reached_an_outcome(
     ).won
     assert writes.finish(database, unstarted, RunStatus.ABANDONED, None)  # given back unstarted
     running = _claim(database, period=PERIOD + 4 * day)
-    _context(database, running).checkpoint({"synced_to": "never read"})
-    later = _context(database, _claim(database, period=PERIOD + 5 * day))
+    context_for(database, running).checkpoint({"synced_to": "never read"})
+    later = context_for(database, _claim(database, period=PERIOD + 5 * day))
     previous = later.previous
     assert previous is not None
     assert (previous.period, previous.status, previous.succeeded) == (
@@ -313,13 +301,14 @@ def test_previous_is_the_newest_earlier_period_that_reached_an_outcome(
     assert previous.checkpoint is None
     assert writes.finish(database, failed, RunStatus.SUCCEEDED, 5) is False  # ended: refused
     # The failed period behind it read the success before, and its checkpoint.
-    behind = _context(database, failed).previous
+    behind = context_for(database, failed).previous
     assert behind is not None
     assert (behind.period, behind.status, behind.attempt) == (PERIOD, RunStatus.SUCCEEDED, 1)
     assert behind.checkpoint == {"synced_to": "2026-11-01"}
     # Another job's history is not this one's.
     assert (
-        _context(database, _claim(database, job="other", period=PERIOD + 9 * day)).previous is None
+        context_for(database, _claim(database, job="other", period=PERIOD + 9 * day)).previous
+        is None
     )
 
 
@@ -347,7 +336,7 @@ def test_a_schedule_reads_its_own_previous_period(database: Database) -> None:
             )
     for seconds in (-10, 130):  # the template's own name, before and between the schedules'
         ran = _claim(database, job="tenant_sync", period=start + timedelta(seconds=seconds))
-        _context(database, ran).checkpoint({"job": "tenant_sync"})
+        context_for(database, ran).checkpoint({"job": "tenant_sync"})
         assert writes.finish(database, ran, RunStatus.SUCCEEDED, 1)
     table = JobTable(jobs, database)
     fired = stored_schedules.fire(
