@@ -26,6 +26,7 @@ from scheduler.catchup import Pause
 from scheduler.cron import Schedule, parse_schedule
 from scheduler.errors import ScheduleError
 from scheduler.model import Claim, Entry, JobRow, PauseRow, Spent, Written
+from scheduler.node.claimed import log_deferred
 from scheduler.node.clock import Clock
 from scheduler.node.wakeups import Wakeups
 from scheduler.policy import Catchup, CatchupBudget
@@ -437,14 +438,7 @@ class CatchUp:
         if plan.skip:
             log.info("periods_skipped", count=len(plan.skip), reason=plan.skip[0][1].value)
         if plan.deferred:
-            log.warning(
-                "periods_deferred",
-                count=len(plan.deferred),
-                first=plan.deferred[0].isoformat(),
-                last=plan.deferred[-1].isoformat(),
-                budget=str(job.policy.catchup_budget or "-"),
-                fleet_budget=str(self._fleet_budget or "-"),
-            )
+            log_deferred(log, plan.deferred, job.policy.catchup_budget, self._fleet_budget)
         if won:
             log.info(
                 "catchup_claimed",

@@ -21,7 +21,7 @@ from structlog.typing import FilteringBoundLogger
 
 from scheduler import firing, metrics
 from scheduler.model import Due, Entry, Spent
-from scheduler.node.claimed import log_claims
+from scheduler.node.claimed import log_claims, log_deferred
 from scheduler.node.upcoming import jitter_delay
 from scheduler.node.wakeups import Wakeups
 from scheduler.policy import CatchupBudget
@@ -149,14 +149,8 @@ class ScheduleLoop(SideThread):
                     last=decided.paced[-1].isoformat(),
                 )
             if decided.deferred:
-                log.warning(
-                    "periods_deferred",
-                    count=len(decided.deferred),
-                    first=decided.deferred[0].isoformat(),
-                    last=decided.deferred[-1].isoformat(),
-                    budget=str(self._table.code[row.job].policy.catchup_budget or "-"),
-                    fleet_budget=str(self._fleet_budget or "-"),
-                )
+                budget = self._table.code[row.job].policy.catchup_budget
+                log_deferred(log, decided.deferred, budget, self._fleet_budget)
         if paced:
             self._paced()
 
