@@ -58,7 +58,8 @@ def beat(
 ) -> Beat:
     """One heartbeat; `liveness`: the node holds a liveness lock to check on;
     `schedule_jobs`: the jobs whose schedules it fires."""
-    with database.transaction() as connection:
+    # The renewal takes its turn with the node's batch writes (`store.batch_gate`).
+    with database.batch_gate.renewal(), database.transaction() as connection:
         connection.execute(
             f"UPDATE {NODES} SET heartbeat_at = {database.now} WHERE id = :id",
             {"id": node_id},

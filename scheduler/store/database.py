@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from scheduler.errors import UserError
 from scheduler.instants import SYSTEM_TIME, TimeSource
 from scheduler.model import ClockReading, lock_key
+from scheduler.store.batch_gate import BatchGate
 from scheduler.store.connection import Connection, Result
 from scheduler.store.deadlines import WATCH
 from scheduler.store.faults import StoreError, driver_errors, translate
@@ -151,6 +152,9 @@ class Database:
     # This host's clocks: SQLite's database clock, and a node's between readings. A
     # virtual clock in tests (`scheduler.testing`); the real ones everywhere else.
     time_source: TimeSource = field(default=SYSTEM_TIME, repr=False, compare=False)
+    # Shared by every handle made from this one: the process's batch writes of runs and
+    # its renewals take turns (`store.batch_gate`).
+    batch_gate: BatchGate = field(default_factory=BatchGate, repr=False, compare=False)
 
     def bounded(self, seconds: float | None) -> Database:
         """The same database (and pool), with another deadline for each call."""

@@ -28,21 +28,23 @@ def renew_leases(database: Database, holder: str) -> list[Held]:
     anyone's then, and its old holder must learn that it lost it. A `queued` run is not
     renewed: its lease is the deadline its message has to be picked up by a worker.
     """
-    with database.transaction() as connection:
+    with database.batch_gate.renewal(), database.transaction() as connection:
         return renew_on(database, connection, holder)
 
 
 def renew_on(database: Database, connection: Connection, holder: str) -> list[Held]:
-    """`renew_leases` inside a transaction of the caller's (the heartbeat's beat)."""
+    """`renew_leases` inside a transaction of the caller's (the heartbeat's beat), which
+    entered `database.batch_gate.renewal()` before it began."""
     held = (
         f"holder = :holder AND live AND lease_expires_at >= {database.now}"
         f" AND status IN ({RENEWED_SQL})"
     )
     if database.arrays:
-        # The rows are locked in id order first, the order every batch write of runs
-        # takes them in (`store.writes`): a renewal by the holder's name would otherwise
-        # take them in the order it finds them and deadlock with a start or an outcome
-        # batch of the same rows, which PostgreSQL breaks only after `deadlock_timeout`.
+        # The rows are locked in id order first, the order a peer's takeover and a
+        # hand-over to a task queue take them in: a renewal by the holder's name would
+        # otherwise take them in the order it finds them and could deadlock with those,
+        # which PostgreSQL breaks only after `deadlock_timeout`. The holder's own starts
+        # and outcomes lock in no order: they wait for the renewal (`store.batch_gate`).
         statement = f"""
             UPDATE {RUNS} SET lease_expires_at = {database.lease_until("lease_seconds")}
             FROM (SELECT id AS locked_id FROM {RUNS} WHERE {held} ORDER BY id FOR UPDATE)

@@ -26,7 +26,6 @@ from scheduler.store.events import EVENTS
 from scheduler.store.fence import (
     ACTIVE_SQL,
     FENCED_SQL,
-    LOCK_IN_ORDER_SQL,
     MINE_SQL,
     RUNS,
     fence_arrays,
@@ -92,19 +91,12 @@ def record(
     # transaction: two nodes' failures of one job cannot both miss, or both make, the
     # failure that reaches a threshold.
     failing = {outcome.claim.job for outcome in outcomes if outcome.final_failure}
-    if database.arrays and in_turn and not outcomes and not began:
-        # A start batch (the starter's): the whole guarded transaction in one round trip.
-        return [], _start_pipelined(database, starts, in_turn)
-    if database.arrays and not in_turn and not failing:
-        with database.autocommit() as connection:
-            _began_postgres(connection, began)
-            applied = _finish_postgres(database, connection, outcomes)
-            return applied, _start_postgres(connection, starts)
     if database.arrays:
-        with database.guarded(jobs=in_turn | failing) as guarded:
-            _began_postgres(guarded.connection, began)
-            applied = _finish_postgres(database, guarded.connection, outcomes)
-            return applied, _start_postgres(guarded.connection, starts)
+        # The rows are not locked in any order: the process's renewals wait (`batch_gate`).
+        with database.batch_gate.batch():
+            return _record_postgres(
+                database, outcomes, starts, began=began, in_turn=in_turn, failing=failing
+            )
     with database.transaction() as connection:
         for claim in began:
             connection.execute(
@@ -237,6 +229,29 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
     return answers
 
 
+def _record_postgres(
+    database: Database,
+    outcomes: Sequence[Finish],
+    starts: Sequence[StartRequest],
+    *,
+    began: Sequence[Claim],
+    in_turn: set[str],
+    failing: set[str],
+) -> tuple[list[bool], list[Started]]:
+    if in_turn and not outcomes and not began:
+        # A start batch (the starter's): the whole guarded transaction in one round trip.
+        return [], _start_pipelined(database, starts, in_turn)
+    if not in_turn and not failing:
+        with database.autocommit() as connection:
+            _began_postgres(connection, began)
+            applied = _finish_postgres(database, connection, outcomes)
+            return applied, _start_postgres(connection, starts)
+    with database.guarded(jobs=in_turn | failing) as guarded:
+        _began_postgres(guarded.connection, began)
+        applied = _finish_postgres(database, guarded.connection, outcomes)
+        return applied, _start_postgres(guarded.connection, starts)
+
+
 # The batches below find their rows by `id`. Their status test is written `(…) IS TRUE`,
 # which means the same but no index can serve: right after a burst the statistics are
 # stale (a few claimed rows expected, 10,000 there), and the planner once took an index
@@ -246,16 +261,15 @@ def _already_written(connection: Connection, outcomes: Sequence[Finish]) -> list
 # the claim or the last renewal set it, and no index holds `status` since migration
 # 0011), so on PostgreSQL it is a HOT update.
 _START_POSTGRES = f"""
-    WITH locked AS ({LOCK_IN_ORDER_SQL})
     UPDATE {RUNS} AS run SET status = 'running',
         started_at = CASE WHEN run.status = 'claimed' THEN statement_timestamp()
                           ELSE run.started_at END,
         started_attempts = run.started_attempts
                            + CASE WHEN run.status = 'claimed' THEN 1 ELSE 0 END
-    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
-                        CAST(:holders AS TEXT[]), CAST(:in_turn AS BOOLEAN[]))
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
+                CAST(:holders AS TEXT[]), CAST(:in_turn AS BOOLEAN[]))
          AS wanted(id, attempt, holder, in_turn)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id AND run.id = locked.id
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = wanted.id
       AND run.attempt = wanted.attempt AND run.holder = wanted.holder
       AND (run.status IN ('claimed', 'running')) IS TRUE
       AND run.lease_expires_at > statement_timestamp()
@@ -280,11 +294,10 @@ _STILL_WAITING_POSTGRES = f"""
 # The statuses of a run whose body may still be in its function.
 _BEGUN_SQL = "'running', 'timed_out'"
 _BEGAN_POSTGRES = f"""
-    WITH locked AS ({LOCK_IN_ORDER_SQL})
     UPDATE {RUNS} AS run SET began_at = statement_timestamp()
-    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
-                        CAST(:holders AS TEXT[])) AS mine(id, attempt, holder)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = mine.id AND run.id = locked.id
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]),
+                CAST(:holders AS TEXT[])) AS mine(id, attempt, holder)
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = mine.id
       AND run.attempt = mine.attempt AND run.holder = mine.holder
       AND (run.status IN ({_BEGUN_SQL})) IS TRUE AND run.began_at IS NULL
 """
@@ -370,7 +383,7 @@ _OPEN_ALERT_SQL = f"""(
 _RECOVERED_STREAK_SQL = streaks.before_sql("done.job", "done.period", str(streaks.RECOVERED_CAP))
 _BORN_SQL = "(SELECT FROM born UNION ALL SELECT FROM failed_born) AS news"
 _FINISH_POSTGRES = f"""
-    WITH locked AS ({LOCK_IN_ORDER_SQL}), done AS (
+    WITH done AS (
     UPDATE {RUNS} AS run
     SET status = done.status, reason = done.reason, finished_at = statement_timestamp(),
         duration_ms = done.duration_ms,
@@ -379,7 +392,7 @@ _FINISH_POSTGRES = f"""
         retry_at = statement_timestamp() + make_interval(secs => done.retry_in),
         error_type = done.error_type, error_message = done.error_message,
         error_traceback = done.error_traceback
-    FROM locked, unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
+    FROM unnest(CAST(:ids AS TEXT[]), CAST(:attempts AS INT[]), CAST(:holders AS TEXT[]),
                 CAST(:statuses AS TEXT[]), CAST(:reasons AS TEXT[]),
                 CAST(:durations AS INT[]), CAST(:retry_in AS FLOAT8[]),
                 CAST(:lingering AS BOOLEAN[]), CAST(:waiting_only AS BOOLEAN[]),
@@ -387,7 +400,7 @@ _FINISH_POSTGRES = f"""
                 CAST(:error_tracebacks AS TEXT[]))
          AS done(id, attempt, holder, status, reason, duration_ms, retry_in, lingering,
                  waiting_only, error_type, error_message, error_traceback)
-    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id AND run.id = locked.id
+    WHERE run.id = ANY(CAST(:ids AS TEXT[])) AND run.id = done.id
       AND run.attempt = done.attempt AND run.holder = done.holder
       AND (run.status IN ({ACTIVE_SQL})) IS TRUE
       AND (NOT done.waiting_only OR run.status = 'claimed')

@@ -1,9 +1,11 @@
-"""Writes of many runs at once take the rows' locks in one order, so that a node's
-heartbeat (which renews every run it holds) and its starts and outcomes (each a batch
-of those same rows) never deadlock. A deadlock is not harmless: PostgreSQL breaks it
-only after `deadlock_timeout` (1 s), with the start's row already marked running, so
-a peer judging overlap in that second saw a body running that had not begun (it skipped
-the next period behind it), and the heartbeat that lost the deadlock renewed nothing.
+"""A node's heartbeat (which renews every run it holds) and its starts and outcomes
+(each a batch of those same rows) never deadlock. A deadlock is not harmless:
+PostgreSQL breaks it only after `deadlock_timeout` (1 s), with the start's row already
+marked running, so a peer judging overlap in that second saw a body running that had
+not begun (it skipped the next period behind it), and the heartbeat that lost the
+deadlock renewed nothing. The starts and outcomes lock their rows in no order; the
+process's renewals take turns with them (`store.batch_gate`): without that, this test
+ends in `deadlock detected`.
 
 PostgreSQL only: SQLite takes the whole database's write lock for every transaction.
 """
@@ -31,7 +33,7 @@ HOLDER = "node-a"
 def _slow_rows(postgres_url: str) -> None:
     """Each update of one of the holder's rows lingers a little after taking the row's
     lock (a BEFORE trigger runs with it held): two statements that take the same rows
-    in different orders then meet each other mid-way, as they do under load."""
+    in different orders, at once, then meet each other mid-way, as they do under load."""
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(
             f"""
