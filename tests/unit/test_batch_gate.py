@@ -11,14 +11,6 @@ import time
 from scheduler.store.batch_gate import BatchGate
 
 
-def _hold(gate: BatchGate, side: str, seconds: float, log: list[tuple[str, str, float]]) -> None:
-    enter = gate.batch if side == "batch" else gate.renewal
-    with enter():
-        log.append((side, "in", time.monotonic()))
-        time.sleep(seconds)
-        log.append((side, "out", time.monotonic()))
-
-
 def test_batches_run_beside_each_other() -> None:
     gate = BatchGate()
     inside = threading.Barrier(2, timeout=5)
@@ -37,21 +29,39 @@ def test_batches_run_beside_each_other() -> None:
 
 def test_a_renewal_waits_for_the_batches_in_flight_and_runs_alone() -> None:
     gate = BatchGate()
-    log: list[tuple[str, str, float]] = []
-    first = threading.Thread(target=_hold, args=(gate, "batch", 0.3, log))
+    log: list[tuple[str, str]] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def first_batch() -> None:
+        with gate.batch():
+            log.append(("batch", "in"))
+            entered.set()
+            release.wait(timeout=10)
+            log.append(("batch", "out"))
+
+    def enter(side: str) -> None:
+        with gate.batch() if side == "batch" else gate.renewal():
+            log.append((side, "in"))
+            log.append((side, "out"))
+
+    first = threading.Thread(target=first_batch)
     first.start()
-    time.sleep(0.05)
-    renewal = threading.Thread(target=_hold, args=(gate, "renewal", 0.1, log))
+    assert entered.wait(timeout=10)
+    renewal = threading.Thread(target=enter, args=("renewal",))
     renewal.start()
-    time.sleep(0.05)
-    later = threading.Thread(target=_hold, args=(gate, "batch", 0.0, log))
+    deadline = time.monotonic() + 10
+    while gate._renewals_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    later = threading.Thread(target=enter, args=("batch",))
     later.start()
+    time.sleep(0.1)
+    # Neither enters while the first batch is in: the later batch waits behind the
+    # renewal, not beside the first batch.
+    assert log == [("batch", "in")]
+    release.set()
     for thread in (first, renewal, later):
         thread.join(timeout=10)
-    order = [(side, what) for side, what, _ in log]
-    # The renewal enters once the first batch left, and the batch that came while it
-    # waited enters only after it.
-    assert order == [
+    assert log == [
         ("batch", "in"),
         ("batch", "out"),
         ("renewal", "in"),
