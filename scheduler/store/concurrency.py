@@ -180,7 +180,9 @@ def start(
     # Oldest period first within each pool: a batch admits in the pools' own order.
     order = sorted(range(len(requests)), key=lambda i: _place(requests[i]))
     answers: dict[int, Started] = {}
-    with database.guarded(jobs=locks | in_turn) as guarded:
+    # One row at a time in the pools' order, not by id: the process's renewals wait
+    # (`store.batch_gate`), or the two could deadlock.
+    with database.batch_gate.batch(), database.guarded(jobs=locks | in_turn) as guarded:
         for index in order:
             request = requests[index]
             queue = queues.get(request.claim.id)

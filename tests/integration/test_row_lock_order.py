@@ -15,14 +15,15 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
 from scheduler.model import Claim, Due, Finish, StartRequest
+from scheduler.policy import Pool
 from scheduler.states import RunStatus
-from scheduler.store import claims, renewals, writes
+from scheduler.store import claims, concurrency, renewals, writes
 from scheduler.store.database import Database, open_database
 
 PERIOD = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
@@ -45,8 +46,12 @@ def _slow_rows(postgres_url: str) -> None:
         )
 
 
-def _claimed(database: Database) -> list[Claim]:
-    due = [Due(f"job-{number:03}", PERIOD, 300) for number in range(JOBS)]
+def _claimed(database: Database, *, spread: bool = False) -> list[Claim]:
+    """One claimed run for each of JOBS jobs; `spread`: each at a period of its own."""
+    due = [
+        Due(f"job-{number:03}", PERIOD + timedelta(minutes=number if spread else 0), 300)
+        for number in range(JOBS)
+    ]
     random.Random(7).shuffle(due)
     # One chunk a job: each row lands in the heap in this shuffled order, not in id order.
     won = []
@@ -93,5 +98,26 @@ def test_a_start_batch_and_the_heartbeat_do_not_deadlock(postgres_url: str) -> N
             lambda: renewals.renew_leases(database, HOLDER),
         )
         assert errors == [], f"an outcome batch and a renewal deadlocked: {errors}"
+    finally:
+        database.dispose()
+
+
+@pytest.mark.postgres
+def test_a_pooled_start_batch_and_the_heartbeat_do_not_deadlock(postgres_url: str) -> None:
+    """A pool's starts write their rows one at a time in the pool's order, oldest period
+    first, which is not id order (the soak saw them deadlock with a renewal once in 10
+    minutes before they took their turn too)."""
+    database = open_database(postgres_url)
+    try:
+        won = _claimed(database, spread=True)
+        concurrency.declare(database, [Pool("reports", limit=JOBS)])
+        _slow_rows(postgres_url)
+        starts = [StartRequest(claim, pool="reports", pool_limit=JOBS) for claim in won]
+        assert [c.id for c in sorted(won, key=lambda c: c.period)] != sorted(c.id for c in won)
+        errors = _together(
+            lambda: concurrency.start(database, starts),
+            lambda: renewals.renew_leases(database, HOLDER),
+        )
+        assert errors == [], f"a pooled start and a renewal deadlocked: {errors}"
     finally:
         database.dispose()
