@@ -15,6 +15,7 @@ import math
 import pickle
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +56,15 @@ def cpu_burners(count: int) -> Iterator[None]:
         for burner in burners:
             burner.kill()
             burner.wait()
+
+
+def _deadlocks(folder: Path) -> int | str:
+    """How many deadlocks the server's log says it broke (each a second's stall of the
+    statements in it)."""
+    log = folder / "postgresql.log"
+    if not log.exists():
+        return "no server log"
+    return log.read_text(errors="replace").count("ERROR:  deadlock detected")
 
 
 def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> None:
@@ -102,6 +112,8 @@ def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> N
             runs, attempts = read_tables(cluster.url)
             fleet.stop_all()
             items = read_items(cluster.url)
+            # The server's log, beside the nodes': the statements of any deadlock it broke.
+            shutil.copy(cluster.log, tmp_path / "postgresql.log")
         finally:
             fleet.destroy()
 
@@ -128,6 +140,7 @@ def test_fault_soak(request: pytest.FixtureRequest, tmp_path: Path, capsys) -> N
             f"judged window: {settle_start - window_start:.0f}s, then"
             f" {observed_until - settle_start:.0f}s of settle; logs and ledger in {tmp_path}",
             summary(history, verdict),
+            f"deadlocks the server broke (reported, not judged): {_deadlocks(tmp_path)}",
         ]
     )
     with capsys.disabled():
