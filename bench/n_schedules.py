@@ -33,12 +33,16 @@ machine's speed varies twofold with its load):
   missed); then the instant to the last claim, the last `started_at` and the last finish.
   Baseline, in the same run just before: `--peak-baseline` (10,000) due at one instant
   on the same fleet shape. Where the time goes: the nodes' CPU (per run, and the
-  busiest node's share of a core) against the server's; the server's own time in each
-  statement from the instant until every run finished (`log_min_duration_statement =
-  0` on the bench database: summed by statement on stderr, the fire passes' due SELECT
-  in the table); the waits for a lock past a second (`log_lock_waits`); and, after
-  creating and before the instant, one fire pass's due SELECT (the store's own text)
-  under EXPLAIN ANALYZE with every row due. `--plans-ms MS` also has auto_explain log
+  busiest node's share of a core) against the server's; the waits for a lock past a
+  second (`log_lock_waits`); and, after creating and before the instant, one fire
+  pass's due SELECT (the store's own text) under EXPLAIN ANALYZE with every row due.
+  `--breakdown` also counts every statement the nodes send and has the server log each
+  statement's duration from the instant until every run finished
+  (`log_min_duration_statement = 0` on the bench database: summed by statement on
+  stderr, the fire passes' due SELECT in the table). That counting costs the nodes and
+  the server about a sixth of their CPU a run (22.7 s to the last start without it,
+  27 to 29 s with it, on the same tree), so the figures of such a run are for where
+  the time goes, not for the headline. `--plans-ms MS` also has auto_explain log
   the plan of every statement slower than MS (whether JIT compiled it, actual rows; it
   slows the server a little), written next to the node logs; `--jit off` turns the
   server's JIT compilation off on the peak databases, to measure what it costs.
@@ -53,7 +57,7 @@ logs. The figures go to a table per part and, as JSON, to the last line of stdou
     .venv/bin/python -m bench.n_schedules --parts create,list,idle --schedules 20000 \
         --seconds 20 --tries 50 --pages 10
     .venv/bin/python -m bench.n_schedules --parts peak --peak 20000 --peak-baseline 2000
-    .venv/bin/python -m bench.n_schedules --parts peak --plans-ms 1000 [--jit off]
+    .venv/bin/python -m bench.n_schedules --parts peak --breakdown [--plans-ms 1000] [--jit off]
     .venv/bin/python -m bench.n_schedules --parts sqlite [--json n.json] [--runs 3]
 """
 
@@ -525,14 +529,15 @@ _DURATION = re.compile(
 DUE_SELECT = "fire pass: due SELECT"
 
 
-def log_durations(url: str, plans_ms: float, jit: str) -> None:
-    """Have the server log every statement on this database with its duration, and the
+def log_durations(url: str, breakdown: bool, plans_ms: float, jit: str) -> None:
+    """Have the server log each wait for a lock past `deadlock_timeout` (a second) on
+    this database; with `breakdown`, every statement with its duration too; and the
     plan (with actual rows and whether JIT compiled it; no per-node timing) of each that
     takes longer than `plans_ms` (auto_explain, loaded by each session opened from now
-    on; 0: none), and each wait for a lock past `deadlock_timeout` (a second); `jit`
-    "off" turns the server's JIT compilation off on it."""
+    on; 0: none); `jit` "off" turns the server's JIT compilation off on it."""
     name = url.rsplit("/", 1)[1]
-    settings = {"log_min_duration_statement": "0", "log_lock_waits": "on"}
+    settings = {"log_lock_waits": "on"}
+    settings |= {"log_min_duration_statement": "0"} if breakdown else {}
     settings |= {"jit": "off"} if jit == "off" else {}
     if plans_ms > 0:
         settings |= {
@@ -656,16 +661,16 @@ def peak_once(
 ) -> Figures:
     """`count` schedules due at one instant, 3 nodes; see the module's docstring."""
     executions = folder / f"executions-{count}.log"
-    batch, plans_ms = options.batch, options.plans_ms
+    batch, plans_ms, breakdown = options.batch, options.plans_ms, options.breakdown
     with harness.fresh_database() as url:
-        log_durations(url, plans_ms, options.jit)
+        log_durations(url, breakdown, plans_ms, options.jit)
         nodes = [
             _start(
                 folder,
                 f"peak-{count}-n{index}",
                 url,
                 env | {"BENCH_EXECUTION_LOG": str(executions)},
-                counted=True,
+                counted=breakdown,
             )
             for index in range(NODES)
         ]
@@ -683,7 +688,7 @@ def peak_once(
                 raise RuntimeError(f"creating {count:,} schedules took {created_s:.0f}s: too long")
             pass_ms = _pass_explained(url, at + timedelta(seconds=1), stored.ROWS_PER_PASS)
             harness.sleep_until(due - 0.5)
-            before = harness.total_statements(nodes)
+            before = harness.total_statements(nodes) if breakdown else None
             nodes_before = [node.cpu_seconds() for node in nodes]
             server_before = harness.server_busy_seconds()
             since = server_log.clock()
@@ -694,14 +699,16 @@ def peak_once(
                 used = [n.cpu_seconds() - c for n, c in zip(nodes, nodes_before, strict=True)]
                 nodes_cpu = sum(used)
                 server_cpu = harness.server_busy_seconds() - server_before
-                time.sleep(0.5)  # the statement counts are written every 0.2 s
-                sent = harness.difference(harness.total_statements(nodes), before)
+                if before is not None:
+                    time.sleep(0.5)  # the statement counts are written every 0.2 s
+                    sent = harness.difference(harness.total_statements(nodes), before)
             finally:
                 database.dispose()
-        harness.log(f"[n] peak {count:,}: statements by kind: {sent['kinds']}")
         harness.log(f"[n] peak {count:,}: CPU seconds of each node: {[round(u, 1) for u in used]}")
-        spent = server_time(url, since, until)
-        due_share = _report_server_time(f"peak {count:,}", spent)
+        breakdown_figures: Figures = {}
+        if before is not None:
+            harness.log(f"[n] peak {count:,}: statements by kind: {sent['kinds']}")
+            breakdown_figures = _breakdown(count, sent, server_time(url, since, until))
         waits = lock_waits(url, since, until)
         harness.log(f"[n] peak {count:,}: waits for a lock past a second: {waits}")
         if plans_ms > 0:
@@ -711,20 +718,32 @@ def peak_once(
             figures = _outcome(database, due, count, executions)
         finally:
             database.dispose()
-    passes = sum(n for kind, n in sent["kinds"].items() if kind == "SELECT scheduler_schedules")
-    return figures | {
-        "created_s": created_s,
-        "pass_ms": pass_ms,
-        "nodes_ms_per_run": nodes_cpu / count * 1000,
-        "busiest_node_cpu": max(used) / (finished_at - due + 0.5) * 100,
+    return (
+        figures
+        | breakdown_figures
+        | {
+            "created_s": created_s,
+            "pass_ms": pass_ms,
+            "nodes_ms_per_run": nodes_cpu / count * 1000,
+            "busiest_node_cpu": max(used) / (finished_at - due + 0.5) * 100,
+            "server_ms_per_run": server_cpu / count * 1000,
+            "lock_waits": sum(n for kind, n in waits.items() if kind.startswith("waiting")),
+        }
+    )
+
+
+def _breakdown(count: int, sent: dict[str, Any], spent: dict[str, tuple[float, int]]) -> Figures:
+    """`--breakdown`'s figures: the statements the nodes sent, the server's time in them."""
+    due_share = _report_server_time(f"peak {count:,}", spent)
+    due_ms, due_times = spent.get(DUE_SELECT, (0.0, 0))
+    return {
         "due_select_share": due_share,
-        "due_select_s": spent.get(DUE_SELECT, (0.0, 0))[0] / 1000,
-        "due_select_mean_ms": spent.get(DUE_SELECT, (0.0, 0))[0]
-        / max(1, spent.get(DUE_SELECT, (0.0, 0))[1]),
-        "server_ms_per_run": server_cpu / count * 1000,
+        "due_select_s": due_ms / 1000,
+        "due_select_mean_ms": due_ms / max(1, due_times),
         "statements_per_run": sent["statements"] / count,
-        "schedule_selects": passes,
-        "lock_waits": sum(n for kind, n in waits.items() if kind.startswith("waiting")),
+        "schedule_selects": sum(
+            n for kind, n in sent["kinds"].items() if kind == "SELECT scheduler_schedules"
+        ),
     }
 
 
@@ -972,6 +991,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="peak: log the plans of statements slower than this (auto_explain; 0: none)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="peak: also count the nodes' statements and log the server's time in each"
+        " (costs about a sixth of the CPU a run: not for the headline)",
     )
     parser.add_argument(
         "--jit",
