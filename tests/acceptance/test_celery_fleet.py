@@ -6,9 +6,11 @@ every outcome is recorded."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import redis
 
 from scheduler.states import RunStatus
 from tests.acceptance.celery_workers import ThrowawayRedis, free_port, start_worker, unique_queue
@@ -21,7 +23,10 @@ SECONDS = 60
 KILL_AT = 15
 BROKER_DOWN_AT = 35
 BROKER_DOWN_FOR = 3
-# Time after the nodes stop for the runs already sent to end.
+# Longest time after the nodes stop for the runs already sent to end: the wait ends
+# sooner, as soon as the broker holds no message (none waiting, none delivered and not
+# yet acknowledged). The task acknowledges late (after its outcome is written), and the
+# stopped nodes send nothing more, so no period can run after that.
 SETTLE_S = 12
 
 
@@ -42,7 +47,11 @@ def test_two_nodes_three_workers_a_worker_killed_and_the_broker_restarted(
         "EXECUTION_LOG": str(evidence),
     }
     queue = env["CELERY_TEST_QUEUE"]
-    workers = [start_worker(tmp_path, f"w{n}", queue=queue, env=env) for n in (1, 2, 3)]
+    # The three start side by side (each waits until it is ready), not one after another.
+    with ThreadPoolExecutor(max_workers=3) as starting:
+        workers = list(
+            starting.map(lambda n: start_worker(tmp_path, f"w{n}", queue=queue, env=env), (1, 2, 3))
+        )
     nodes = [start_node(tmp_path, f"node{n}", postgres_url, "on_celery", **env) for n in (1, 2)]
     try:
         for node in nodes:
@@ -61,7 +70,7 @@ def test_two_nodes_three_workers_a_worker_killed_and_the_broker_restarted(
         stopped_at = time.time()
     finally:
         codes = [node.stop() for node in nodes]
-        time.sleep(SETTLE_S)
+        _wait_drained(broker.url, queue, SETTLE_S)
         for worker in workers:
             worker.stop()
         for worker in workers:
@@ -112,3 +121,26 @@ def _wait_running(url: str, timeout: float = 20) -> str:
 
 def _sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def _wait_drained(url: str, queue: str, timeout: float) -> None:
+    """Until the broker holds no message of the queue: none waiting (in any of its
+    priority lists) and none delivered to a worker and not yet acknowledged; at most
+    `timeout` seconds (the assertions then judge what ran)."""
+    client = redis.Redis.from_url(url, socket_timeout=2)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                waiting = sum(
+                    client.llen(key)
+                    for key in client.scan_iter(match=f"{queue}*")
+                    if client.type(key) == b"list"
+                )
+                if waiting == 0 and client.hlen("unacked") == 0:
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.1)
+    finally:
+        client.close()

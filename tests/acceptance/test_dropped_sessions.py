@@ -46,6 +46,20 @@ def _wait_started(nodes: list[Node]) -> None:
         node.wait_for(lambda event: event.get("event") == "node_started")
 
 
+def _probe_cron(lead: float = 5.0) -> str:
+    """`PROBE_CRON`: the restart probe every 20 s as before, its first period `lead`
+    seconds from now (enough for the nodes to start and register it) rather than at the
+    next multiple of 20 s, up to 20 s away. A node that starts later still runs the
+    period 20 s on."""
+    first = int(time.time() + lead) % 20
+    return f"{first},{first + 20},{first + 40} * * * * *"
+
+
+# How long a test waits for the probe's first run: its first period `lead` seconds
+# after the nodes were started, or (nodes slower than that) the one 20 s later.
+FIRST_RUN_S = 40
+
+
 def _period_notes(log: Path, period: str) -> list[list[str]]:
     return [words for words in notes(log) if words[0] == period]
 
@@ -58,13 +72,13 @@ def test_a_database_restart_costs_a_running_job_nothing(
     server is stopped 3 s into a run, left down 5 s and started again. The run goes on
     through it: not cancelled, not retaken, recorded succeeded as attempt 1."""
     log = tmp_path / "executions.txt"
-    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "12"}
+    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "12", "PROBE_CRON": _probe_cron()}
     nodes = [
         start_node(tmp_path, f"node{n}", cluster.url, "restart_probe", **env) for n in range(3)
     ]
     try:
         _wait_started(nodes)
-        holder, started = first_event(nodes, _started)
+        holder, started = first_event(nodes, _started, timeout=FIRST_RUN_S)
         time.sleep(3)
         cluster.restart(down_for=5, mode=mode)
         holder.wait_for(_ended(str(started["run_id"])), timeout=60)
@@ -103,7 +117,11 @@ def test_dropped_sessions_run_no_body_twice(tmp_path: Path, cluster: Cluster) ->
             time.sleep(4)
             terminated += cluster.terminate_all()
         ended = datetime.now(UTC)
-        time.sleep(12)
+        # The last round is watched longer than any round before it was until the next
+        # (4 s); then until every period of the every-second job in the window has its
+        # outcome (the test slept 12 s for that; the assertions judge after the wait).
+        time.sleep(LAST_ROUND_WATCHED_S)
+        _wait_window_settled(cluster.url, began, ended, timeout=SETTLE_S)
     finally:
         codes = [node.stop() for node in nodes]
     assert codes == [0, 0, 0]
@@ -120,6 +138,24 @@ def test_dropped_sessions_run_no_body_twice(tmp_path: Path, cluster: Cluster) ->
     assert unrun == [], f"periods of the every-second job that did not run: {unrun}"
 
 
+LAST_ROUND_WATCHED_S = 5
+SETTLE_S = 30
+
+
+def _wait_window_settled(url: str, began: datetime, ended: datetime, timeout: float) -> None:
+    """Until every period of `brisk` from a second after the later of `began` and its
+    first registration up to `ended` has a row that succeeded, or `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    start = max(began, first_seen(url, "brisk")) + timedelta(seconds=1)
+    while time.monotonic() < deadline:
+        window = [r for r in run_rows(url, "brisk") if start <= r["period"] <= ended]
+        if len(window) >= int((ended - start).total_seconds()) and all(
+            r["status"] == "succeeded" for r in window
+        ):
+            return
+        time.sleep(0.25)
+
+
 @pytest.mark.parametrize("which", ["liveness", "every"])
 def test_a_live_node_whose_sessions_end_is_not_taken_for_dead(
     tmp_path: Path, cluster: Cluster, which: str
@@ -129,11 +165,11 @@ def test_a_live_node_whose_sessions_end_is_not_taken_for_dead(
     The holder takes a new lock and keeps its run; the peer, which saw the old lock
     vanish, does not end its leases: no cancellation, no retake, attempt 1 succeeds."""
     log = tmp_path / "executions.txt"
-    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "12"}
+    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "12", "PROBE_CRON": _probe_cron()}
     nodes = [start_node(tmp_path, f"node{n}", cluster.url, "restart_probe", **env) for n in (0, 1)]
     try:
         _wait_started(nodes)
-        holder, started = first_event(nodes, _started)
+        holder, started = first_event(nodes, _started, timeout=FIRST_RUN_S)
         time.sleep(2)
         pattern = (
             f"scheduler {holder.name} liveness"
@@ -175,8 +211,17 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
     jobs = JOBS[isolation]
     log = tmp_path / "executions.txt"
     # Only the first body is long: the test ends once the peer's retaken attempt began,
-    # and need not wait for it or a later period to run a long body out.
-    env = {"EXECUTION_LOG": str(log), "BODY_SECONDS": "25", "LATER_BODY_SECONDS": "1"}
+    # and need not wait for it or a later period to run a long body out. The body that
+    # ignores `ctx.cancelled` ends once the test, having seen the takeover and the holder
+    # connected again, creates the release file (at the latest after its 25 s).
+    release = tmp_path / "release"
+    env = {
+        "EXECUTION_LOG": str(log),
+        "BODY_SECONDS": "25",
+        "LATER_BODY_SECONDS": "1",
+        "PROBE_CRON": _probe_cron(),
+        "BODY_RELEASE": str(release),
+    }
     proxy = Proxy(target_port=cluster.port)
     proxy.start()
     holder = start_node(
@@ -184,7 +229,7 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
     )
     other: Node | None = None
     try:
-        started = holder.wait_for(_started, timeout=40)
+        started = holder.wait_for(_started, timeout=FIRST_RUN_S)
         other = start_node(tmp_path, "other", cluster.url, jobs, **env)
         _wait_started([other])
         time.sleep(2)  # the other node's own lock is older than the holder's run now
@@ -194,6 +239,14 @@ def test_a_holder_cut_off_alone_stops_its_run_before_the_fast_takeover(
         retaken, child_gone_at = watch_takeover(other, str(started["run_id"]), pid, 40)
         time.sleep(3)
         proxy.start()
+        if isolation == "ignores-cancel":
+            # Its body still runs while the holder is connected again and its loops (a
+            # second apart) pass twice more: any of them that said the orphan again would.
+            holder.wait_for(
+                lambda e: e.get("event") == "liveness_restored" and when(e) > cut_at, timeout=40
+            )
+            time.sleep(2)
+            release.touch()
         # Its late outcome is refused (the takeover came first) or, if its give-back
         # landed first, was recorded abandoned: either way not the period's outcome.
         holder.wait_for(

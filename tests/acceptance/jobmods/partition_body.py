@@ -11,6 +11,13 @@ from scheduler import RunContext
 from tests.acceptance.jobmods.evidence import note
 
 
+def probe_cron() -> str:
+    """The restart probes' schedule: every 20 s, at the seconds `PROBE_CRON` names (a
+    test picks them so that its first period comes a few seconds after its nodes start,
+    not up to 20 s later); `*/20` when unset."""
+    return os.environ.get("PROBE_CRON", "*/20 * * * * *")
+
+
 def body_seconds() -> float:
     """`BODY_SECONDS` for the first body noted in the execution log; when set,
     `LATER_BODY_SECONDS` for every later one (a retaken attempt, the next period), so

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from scheduler import RunContext, job
-from tests.acceptance.jobmods.partition_body import work
+from tests.acceptance.jobmods.partition_body import probe_cron, work
 
 
-@job(cron="*/20 * * * * *", name="restart-probe", isolation="process")
+@job(cron=probe_cron(), name="restart-probe", isolation="process")
 def restart_probe(ctx: RunContext) -> None:
     work(ctx)
