@@ -95,13 +95,16 @@ def test_an_outage_starts_the_budget_paced_and_defers_the_rest_until_an_operator
     url = request.getfixturevalue("postgres_url" if backend == "postgres" else "sqlite_url")
     names = ["a", "b"] if backend == "postgres" else ["a"]
     log = tmp_path / "executions.txt"
-    for node in _nodes(tmp_path, url, names, log):
-        time.sleep(1.5)
+    first = _nodes(tmp_path, url, names, log)
+    time.sleep(1.5)  # each node ran for 1.5 s at least (they started together)
+    for node in first:
         assert node.stop() == 0
     # The newest period with a row: every later one is owed (the clock taken after the
     # stop can already be past the first owed period, which would leave it out).
     down = _last_period(url, "budgeted")
-    time.sleep(12)  # a dozen periods owed
+    # Ten periods owed at least (eleven or more once the nodes have started again): three
+    # start, seven or more are deferred.
+    time.sleep(10)
     nodes = _nodes(tmp_path, url, names, log)
     pacer = _first_to(nodes, "catchup_claimed")
     if len(nodes) > 1:
@@ -219,9 +222,10 @@ def test_a_fleets_budget_is_kept_by_every_node_across_jobs(
     for node in _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet):
         assert node.stop() == 0
     down = {name: _last_period(postgres_url, name) for name in ("fleet-north", "fleet-south")}
-    # Longer than the budget's window: a catch-up run the first nodes claimed as they
-    # started (the second after registering) no longer counts against it.
-    time.sleep(12)
+    # Longer than the budget's window (9 s): a catch-up run the first nodes claimed as
+    # they started (the second after registering, before they were stopped) no longer
+    # counts against it once the new nodes have started.
+    time.sleep(10)
     nodes = _nodes(tmp_path, postgres_url, ["a", "b", "c"], log, "fleet_budgeted", **fleet)
 
     def caught_since_down() -> list[dict[str, Any]]:

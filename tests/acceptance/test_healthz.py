@@ -28,6 +28,11 @@ from tests.acceptance.test_healthcheck import free_port, healthcheck
 from tests.acceptance.test_http import _port, fetch, wait_until
 
 pytestmark = pytest.mark.slow
+# The database freeze and the grace it must not trip: the grace is twice the longest
+# block of a claim (a connection's 5 s timeout; a call's deadline is 1.5 s), the freeze
+# 8 s longer than the grace, so that a loop blocked for the whole of it would fail.
+FROZEN_S = 18
+FROZEN_GRACE_S = 10
 # The smallest pipe Linux allows (a page): a stalled reader blocks the node within seconds.
 SMALL_PIPE = 4096
 
@@ -198,11 +203,13 @@ def test_a_node_under_load_stays_healthy(tmp_path: Path, postgres_url: str) -> N
 def test_a_database_that_stops_answering_is_not_a_wedged_loop(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    """The node's database is reached through a proxy that stops passing bytes for 30 s:
+    """The node's database is reached through a proxy that stops passing bytes for 18 s:
     every claim the loop makes meanwhile blocks, but no longer than a database call's
-    deadline or a connection's timeout, and the loop goes on taking its turns. A restart
-    would not bring the database back: /healthz stays 200 (with a grace of 20 s, above
-    those bounds) while the loop fails its claims."""
+    deadline (1.5 s, half the job's 3 s lease) or a connection's timeout (5 s), and the
+    loop goes on taking its turns (a claim fails every 5 s). A restart would not bring the
+    database back: /healthz stays 200 (with a grace of 10 s, twice those bounds) while the
+    loop fails its claims. The freeze outlasts the grace by 8 s: a loop that stayed
+    blocked in a call for the whole freeze would answer 503 for its last 7 s or so."""
     proxy = Proxy(int(postgres_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]))
     proxy.start()
     node = start_node(
@@ -210,7 +217,7 @@ def test_a_database_that_stops_answering_is_not_a_wedged_loop(
         "partitioned",
         proxy.url(postgres_url),
         "watched",
-        ["--http", "127.0.0.1:0", "--healthz-grace", "20s"],
+        ["--http", "127.0.0.1:0", "--healthz-grace", f"{FROZEN_GRACE_S}s"],
     )
     try:
         port = _port(node)
@@ -219,7 +226,7 @@ def test_a_database_that_stops_answering_is_not_a_wedged_loop(
         proxy.freeze()
         frozen_from = time.monotonic()
         answers = []
-        while time.monotonic() - frozen_from < 30:
+        while time.monotonic() - frozen_from < FROZEN_S:
             answers.append(fetch(port, "/healthz"))
             time.sleep(0.5)
         failed = sum(1 for e in node.events() if e.get("event") == "claim_failed")

@@ -264,8 +264,14 @@ def test_a_pooler_restart_loses_no_period_to_overlap(
             bouncer.kill()
             time.sleep(2)
             bouncer.start()
+            restarted = time.time()
             time.sleep(4)
-        time.sleep(6)
+        # Past the last restart's backlog (its periods claimed, judged and run, about
+        # 2 s after it): until a brisk body of a period due 4 s after the restart or
+        # later ended, or 6 s more as before.
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline and not _brisk_ran_since(log, restarted + 4):
+            time.sleep(0.2)
     finally:
         assert node.stop() == 0
     bodies = [line.split() for line in log.read_text().splitlines()]
@@ -285,3 +291,15 @@ def test_a_pooler_restart_loses_no_period_to_overlap(
         if not any(a <= row["period"].timestamp() <= b for a, b in ran.get("brisk", []))
     ]
     assert behind_nothing == [], f"periods skipped behind nothing running: {behind_nothing}"
+
+
+def _brisk_ran_since(log: Path, instant: float) -> bool:
+    """Whether a brisk body of a period due at `instant` or later has ended."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return any(
+        words[-1] == "brisk"
+        and words[3].startswith("done@")
+        and datetime.fromisoformat(words[0]).timestamp() >= instant
+        for words in map(str.split, lines)
+        if len(words) >= 5
+    )
