@@ -28,11 +28,11 @@ from tests.acceptance.test_healthcheck import free_port, healthcheck
 from tests.acceptance.test_http import _port, fetch, wait_until
 
 pytestmark = pytest.mark.slow
-# The database freeze and the grace it must not trip: the grace is twice the longest
-# block of a claim (a connection's 5 s timeout; a call's deadline is 1.5 s), the freeze
-# 8 s longer than the grace, so that a loop blocked for the whole of it would fail.
-FROZEN_S = 18
-FROZEN_GRACE_S = 10
+# The database freeze and the grace it must not trip: the grace is more than twice the
+# longest block of a claim (a connection's 5 s timeout; a call's deadline is 1.5 s), the
+# freeze 8 s longer than the grace, so that a loop blocked for the whole of it would fail.
+FROZEN_S = 20
+FROZEN_GRACE_S = 12
 # The smallest pipe Linux allows (a page): a stalled reader blocks the node within seconds.
 SMALL_PIPE = 4096
 
@@ -203,13 +203,14 @@ def test_a_node_under_load_stays_healthy(tmp_path: Path, postgres_url: str) -> N
 def test_a_database_that_stops_answering_is_not_a_wedged_loop(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    """The node's database is reached through a proxy that stops passing bytes for 18 s:
+    """The node's database is reached through a proxy that stops passing bytes for 20 s:
     every claim the loop makes meanwhile blocks, but no longer than a database call's
     deadline (1.5 s, half the job's 3 s lease) or a connection's timeout (5 s), and the
     loop goes on taking its turns (a claim fails every 5 s). A restart would not bring the
-    database back: /healthz stays 200 (with a grace of 10 s, twice those bounds) while the
-    loop fails its claims. The freeze outlasts the grace by 8 s: a loop that stayed
-    blocked in a call for the whole freeze would answer 503 for its last 7 s or so."""
+    database back: /healthz stays 200 (with a grace of 12 s, more than twice those
+    bounds) while the loop fails its claims. The freeze outlasts the grace by 8 s: a
+    loop that stayed blocked in a call for the whole freeze would answer 503 for its
+    last 7 s or so."""
     proxy = Proxy(int(postgres_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]))
     proxy.start()
     node = start_node(
