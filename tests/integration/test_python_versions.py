@@ -35,6 +35,7 @@ NOT_FOR_TESTS = {
     "django-stubs",
     "types-pyyaml",
     "selenium",
+    "pytest-xdist",
 }
 NOT_FOR_TESTS_EXTRAS = {"docs", "dev", "bench"}
 
